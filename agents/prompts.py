@@ -1,0 +1,90 @@
+"""Prompt templates, in the style of verl-agent / GiGPO / HCAPO, per environment.
+
+A step's prompt holds the task, the last K (observation, action) pairs (K = 2 by
+default, as in GiGPO's ALFWorld setup), the current observation, the admissible
+actions when the env has them, and the instruction to think inside <think></think> and
+answer inside <action></action>. The prompt is a pure function of the trajectory
+prefix, so credit modules can rebuild any step's prompt, with an optional hindsight
+block (HCAPO's outcome, HP-RLVR's realized future and verifier feedback) placed before
+the instruction -- i.e. before the action tokens that get scored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from agents.trajectory import Trajectory
+
+INTROS: dict[str, str] = {
+    "creditgym/SysDiag-v0": (
+        "You are a Linux system administrator. A host has one fault. Type one shell "
+        "command per turn to find the root cause and fix it."
+    ),
+    "creditgym/ALFWorld-v0": (
+        "You are an expert agent operating in the ALFRED embodied household environment."
+    ),
+    "creditgym/CodeExec-v0": (
+        "You are a programmer solving a task in a sandbox, one action per turn: "
+        "`write` followed by a ```python code block, `run`, `test`, or `submit`."
+    ),
+}
+DEFAULT_INTRO = "You are an agent acting in a text environment, one action per turn."
+INSTRUCTION = (
+    "Now it's your turn to take an action. First reason step by step inside "
+    "<think> </think> tags, then give exactly one action inside <action> </action> tags."
+)
+# Long admissible lists (ALFWorld kitchens list ~40) stay; beyond this they are cut.
+MAX_LISTED_COMMANDS = 60
+
+
+def build_messages(
+    env_id: str,
+    task: str,
+    history: Sequence[tuple[str, str]],
+    observation: str,
+    admissible_commands: Sequence[str] = (),
+    hindsight: str | None = None,
+) -> list[dict[str, str]]:
+    """Chat messages for one step.
+
+    Args:
+        env_id: registered env id, selects the intro text.
+        task: task instruction.
+        history: the last K (observation, action) pairs, oldest first.
+        observation: the current observation.
+        admissible_commands: actions the env offers now (may be empty).
+        hindsight: optional privileged block (outcome / future) for hindsight scoring.
+    """
+    parts = [INTROS.get(env_id, DEFAULT_INTRO), f"Your task is: {task}"]
+    if history:
+        lines = [f"Your last {len(history)} observations and actions:"]
+        for offset, (past_observation, past_action) in enumerate(history, start=1):
+            lines.append(f"[Observation {offset}]: {past_observation}")
+            lines.append(f"[Action {offset}]: {past_action}")
+        parts.append("\n".join(lines))
+    parts.append(f"Current observation: {observation}")
+    if admissible_commands:
+        listed = list(admissible_commands[:MAX_LISTED_COMMANDS])
+        parts.append("Admissible actions: [" + ", ".join(repr(c) for c in listed) + "]")
+    if hindsight:
+        parts.append(f"Hindsight (privileged information about this episode):\n{hindsight}")
+    parts.append(INSTRUCTION)
+    return [{"role": "user", "content": "\n\n".join(parts)}]
+
+
+def messages_for_step(
+    trajectory: Trajectory, step_index: int, history_len: int = 2, hindsight: str | None = None
+) -> list[dict[str, str]]:
+    """Rebuild the messages of step `step_index` from the trajectory itself."""
+    steps = trajectory.steps
+    start = max(0, step_index - history_len)
+    history = [(steps[k].observation, steps[k].action) for k in range(start, step_index)]
+    step = steps[step_index]
+    return build_messages(
+        trajectory.env_id,
+        trajectory.task,
+        history,
+        step.observation,
+        step.admissible_commands,
+        hindsight,
+    )

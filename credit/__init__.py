@@ -1,0 +1,43 @@
+"""Registry of credit modules: name -> class. Names are resolved only at the CLI edge.
+
+Third parties add a module with `register("name", MyModule)` or pass `module:Class`
+to `resolve`.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+
+from credit.base import CreditModule, CreditOutput
+
+REGISTRY: dict[str, type] = {}
+
+
+def register(name: str, cls: type) -> None:
+    """Add a credit module class under `name` (overwrites an existing entry)."""
+    REGISTRY[name] = cls
+
+
+def resolve(name: str) -> type:
+    """Return the class for a registered name or a `package.module:Class` path.
+
+    Raises:
+        KeyError: unknown name; the message lists valid names and close matches.
+    """
+    if ":" in name:
+        module_name, _, class_name = name.partition(":")
+        try:
+            return getattr(importlib.import_module(module_name), class_name)
+        except (ImportError, AttributeError) as error:
+            raise KeyError(f"cannot import credit module {name!r}: {error}") from error
+    if name not in REGISTRY:
+        close = difflib.get_close_matches(name, REGISTRY, n=3)
+        hint = f" Did you mean {', '.join(close)}?" if close else ""
+        raise KeyError(
+            f"unknown credit module {name!r}; valid: {', '.join(sorted(REGISTRY))}.{hint}"
+        )
+    return REGISTRY[name]
+
+
+__all__ = ["REGISTRY", "CreditModule", "CreditOutput", "register", "resolve"]
