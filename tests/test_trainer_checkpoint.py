@@ -1,0 +1,72 @@
+"""Checkpoint files, RNG snapshots and the resumable metrics log (trainers/checkpoint.py)."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import numpy as np
+import pytest
+import torch
+
+from trainers.checkpoint import (
+    MetricsLog,
+    latest_checkpoint,
+    load_checkpoint,
+    load_trainable_state_dict,
+    prune_checkpoints,
+    rng_state,
+    save_checkpoint,
+    set_rng_state,
+    trainable_state_dict,
+)
+
+
+def test_rng_state_round_trip_replays_the_same_draws():
+    state = rng_state()
+    first = (random.random(), float(np.random.rand()), float(torch.rand(1)))
+    set_rng_state(state)
+    again = (random.random(), float(np.random.rand()), float(torch.rand(1)))
+    assert first == again
+
+
+def test_trainable_state_dict_holds_only_trainable_parameters_and_restores_them():
+    model = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.Linear(3, 1))
+    model[0].requires_grad_(False)
+    saved = trainable_state_dict(model)
+    assert set(saved) == {"1.weight", "1.bias"}
+    with torch.no_grad():
+        model[1].weight.add_(1.0)
+    load_trainable_state_dict(model, saved)
+    assert torch.equal(model[1].weight, saved["1.weight"])
+
+
+def test_loading_a_checkpoint_of_another_model_names_the_mismatch():
+    model = torch.nn.Linear(2, 2)
+    with pytest.raises(ValueError, match="missing"):
+        load_trainable_state_dict(model, {"weight": torch.zeros(2, 2)})
+
+
+def test_latest_checkpoint_ignores_partial_folders_and_prune_keeps_newest(tmp_path):
+    for step in (1, 2, 10):
+        save_checkpoint(tmp_path, step, {"step": step})
+    (tmp_path / "checkpoints" / "step_000099").mkdir()  # killed before state.pt landed
+    latest = latest_checkpoint(tmp_path)
+    assert latest is not None and load_checkpoint(latest)["step"] == 10
+    prune_checkpoints(tmp_path, keep=2)
+    remaining = sorted(p.name for p in (tmp_path / "checkpoints").glob("step_*"))
+    assert remaining == ["step_000010", "step_000099"]
+    assert latest_checkpoint(tmp_path / "nowhere") is None
+
+
+def test_metrics_log_drops_records_after_the_resume_step(tmp_path):
+    log = MetricsLog(tmp_path)
+    for step in (1, 2, 3):
+        log.write(step, {"losses/policy": step * 0.5})
+    log.close()
+    resumed = MetricsLog(tmp_path, resume_step=2)
+    resumed.write(3, {"losses/policy": 9.0})
+    resumed.close()
+    lines = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [(r["step"], r["losses/policy"]) for r in lines] == [(1, 0.5), (2, 1.0), (3, 9.0)]
+    assert any((tmp_path / "tensorboard").iterdir())

@@ -1,0 +1,170 @@
+"""Run state shared by the trainers: checkpoints, RNG states and the metrics log.
+
+A checkpoint is one `state.pt` file per saved step, `<run_dir>/checkpoints/step_000012/`,
+written to a temporary folder and renamed into place, so a run killed while saving
+leaves either the previous checkpoint or the new one, never a half-written file.
+It holds whatever the trainer puts in it; both trainers store the trainable
+parameters (the LoRA adapter, or the whole model for full fine-tuning), the optimiser,
+the credit module's `state_dict()`, the RNG states and the step.
+
+`MetricsLog` writes one JSON line per optimiser step to `metrics.jsonl` and the same
+scalars to TensorBoard. On resume it drops the records of steps after the checkpoint,
+so the log of a resumed run equals the log of an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.tensorboard import SummaryWriter
+
+CHECKPOINT_PREFIX = "step_"
+
+
+def rng_state() -> dict[str, Any]:
+    """Snapshot of every RNG a training step draws from (python, numpy, torch)."""
+    state: dict[str, Any] = {
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+        "torch": torch.random.get_rng_state(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: Mapping[str, Any]) -> None:
+    """Restore a snapshot taken by `rng_state`."""
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.random.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def trainable_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The parameters the optimiser updates: the LoRA adapter, or every weight (full FT)."""
+    return {
+        name: param.detach().clone()
+        for name, param in model.named_parameters()
+        if param.requires_grad
+    }
+
+
+def load_trainable_state_dict(model: torch.nn.Module, state: Mapping[str, torch.Tensor]) -> None:
+    """Copy saved trainable parameters back; every trainable parameter must be present."""
+    params = dict(model.named_parameters())
+    expected = {name for name, param in params.items() if param.requires_grad}
+    if set(state) != expected:
+        missing, unexpected = sorted(expected - set(state)), sorted(set(state) - expected)
+        raise ValueError(
+            "checkpoint does not match the model's trainable parameters "
+            f"(missing {missing[:3]}, unexpected {unexpected[:3]}); was it saved with a "
+            "different model or fine-tuning mode?"
+        )
+    with torch.no_grad():
+        for name, value in state.items():
+            params[name].copy_(value)
+
+
+def save_checkpoint(run_dir: str | os.PathLike, step: int, state: Mapping[str, Any]) -> Path:
+    """Write `state` as the checkpoint of `step` atomically; returns its folder."""
+    root = Path(run_dir) / "checkpoints"
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / f"{CHECKPOINT_PREFIX}{step:06d}"
+    staging = Path(tempfile.mkdtemp(dir=root, prefix=".partial_"))
+    try:
+        torch.save(dict(state), staging / "state.pt")
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(staging, final)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return final
+
+
+def latest_checkpoint(run_dir: str | os.PathLike) -> Path | None:
+    """The folder of the highest-step complete checkpoint, or None."""
+    root = Path(run_dir) / "checkpoints"
+    if not root.is_dir():
+        return None
+    complete = [
+        path
+        for path in root.glob(f"{CHECKPOINT_PREFIX}*")
+        if path.name[len(CHECKPOINT_PREFIX) :].isdigit() and (path / "state.pt").is_file()
+    ]
+    return max(complete, key=lambda path: int(path.name[len(CHECKPOINT_PREFIX) :]), default=None)
+
+
+def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
+    """Read a checkpoint folder written by `save_checkpoint`."""
+    file = Path(path) / "state.pt"
+    if not file.is_file():
+        raise FileNotFoundError(f"no checkpoint at {file}")
+    # RNG states and optimiser state are plain python / numpy objects, hence weights_only=False;
+    # checkpoints are files this project wrote itself.
+    return torch.load(file, map_location="cpu", weights_only=False)
+
+
+def prune_checkpoints(run_dir: str | os.PathLike, keep: int) -> None:
+    """Delete all but the `keep` newest checkpoints (keep <= 0 keeps everything)."""
+    if keep <= 0:
+        return
+    root = Path(run_dir) / "checkpoints"
+    steps = sorted(
+        path
+        for path in root.glob(f"{CHECKPOINT_PREFIX}*")
+        if path.name[len(CHECKPOINT_PREFIX) :].isdigit()
+    )
+    for path in steps[:-keep]:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+class MetricsLog:
+    """One JSON record per optimiser step (`metrics.jsonl`) plus TensorBoard scalars.
+
+    Args:
+        run_dir: the run folder; `metrics.jsonl` and `tensorboard/` go inside.
+        resume_step: the step of the checkpoint a run resumes from (0 for a fresh run);
+            records with a later step are dropped, since the resumed run rewrites them.
+    """
+
+    def __init__(self, run_dir: str | os.PathLike, resume_step: int = 0) -> None:
+        self.path = Path(run_dir) / "metrics.jsonl"
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        kept = [record for record in self.read() if record["step"] <= resume_step]
+        with open(self.path, "w", encoding="utf-8") as handle:
+            handle.writelines(json.dumps(record) + "\n" for record in kept)
+        # purge_step hides TensorBoard events that the resumed run will write again.
+        self.writer = SummaryWriter(
+            str(Path(run_dir) / "tensorboard"), purge_step=resume_step + 1 if resume_step else None
+        )
+
+    def read(self) -> list[dict[str, Any]]:
+        """All records written so far (empty when the file does not exist)."""
+        if not self.path.is_file():
+            return []
+        with open(self.path, encoding="utf-8") as handle:
+            return [json.loads(line) for line in handle if line.strip()]
+
+    def write(self, step: int, scalars: Mapping[str, float]) -> None:
+        """Append the record of optimiser step `step` and flush it to disk."""
+        record = {"step": step, **{key: float(value) for key, value in scalars.items()}}
+        with open(self.path, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps(record) + "\n")
+        for key, value in scalars.items():
+            self.writer.add_scalar(key, float(value), step)
+        self.writer.flush()
+
+    def close(self) -> None:
+        self.writer.close()

@@ -1,0 +1,314 @@
+"""Credit-filtered supervised fine-tuning (seed file 001, "option A"; REFERENCES 1.6).
+
+Each round:
+
+1. Roll out `num_tasks` x `group_size` episodes with the current policy.
+2. Score every step with a credit module instance (any of `credit/`): the step
+   advantage `CreditOutput.step_advantages[i][t]`.
+3. Keep the (prompt, action) pairs whose credit is clearly high (> `min_credit`); when
+   several kept actions share one state (identical prompt tokens), keep only the
+   best-credited one, so the policy is never taught two answers to one question.
+4. Fine-tune on the kept pairs with the negative log-likelihood of the action tokens
+   given the prompt (plain softmax of the model: the policy learns to produce the action
+   itself, not only to pick it under a decoding constraint), token-mean over the pairs
+   of each optimiser step, AdamW, gradient clipping, accumulation over micro-batches.
+
+The loop repeats, so the data improves with the policy (expert iteration / rejection
+sampling fine-tuning, made step-level by the credit module). Checkpoints, resume and the
+metrics log work as in `trainers.policy_gradient`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import torch
+
+from agents.llm import LLMAgent
+from agents.models import LoadedModel
+from agents.rollout import collect
+from agents.trajectory import TokenBatch, Trajectory
+from credit.base import CreditModule, CreditOutput
+from trainers.checkpoint import (
+    MetricsLog,
+    latest_checkpoint,
+    load_checkpoint,
+    load_trainable_state_dict,
+    prune_checkpoints,
+    rng_state,
+    save_checkpoint,
+    set_rng_state,
+    trainable_state_dict,
+)
+from trainers.policy_gradient import (
+    AgentConfig,
+    LoraSettings,
+    derive_seed,
+    prepare_policy,
+    rollout_metrics,
+)
+
+
+@dataclass(frozen=True)
+class SFTConfig:
+    """Settings of one credit-filtered SFT run (every field is a command-line option)."""
+
+    rounds: int = 5
+    """Rounds of rollout -> credit -> filter -> fine-tune."""
+    num_tasks: int = 4
+    """Tasks rolled out per round."""
+    group_size: int = 8
+    """Rollouts per task (group credit modules need G > 1 to tell good from bad)."""
+    task_pool: int = 0
+    """Draw task seeds from range(task_pool) each round (tasks repeat); 0 = fresh seeds."""
+    num_envs: int = 8
+    """Environments stepped together during rollouts."""
+    min_credit: float = 0.0
+    """Keep a step only when its step advantage is above this."""
+    epochs_per_round: int = 2
+    """Passes over the kept pairs per round."""
+    pairs_per_step: int = 16
+    """Kept (prompt, action) pairs per optimiser step."""
+    micro_batch_pairs: int = 8
+    """Pairs per forward/backward pass; gradients accumulate over micro-batches."""
+    learning_rate: float = 1e-4
+    """AdamW learning rate."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    max_grad_norm: float = 1.0
+    """Gradient-norm clip (the norm before clipping is logged)."""
+    finetune: Literal["auto", "lora", "full"] = "auto"
+    """auto = full fine-tuning for `tiny`, LoRA otherwise."""
+    lora: LoraSettings = field(default_factory=LoraSettings)
+    """LoRA adapter settings (used when fine-tuning with LoRA)."""
+    seed: int = 0
+    """Seeds task selection, sampling, shuffling and every RNG."""
+    checkpoint_every: int = 1
+    """Save a checkpoint every this many rounds (and always at the end)."""
+    keep_checkpoints: int = 2
+    """Newest checkpoints kept on disk (0 keeps all)."""
+    resume: bool = False
+    """Continue from the newest checkpoint in the run folder, if there is one."""
+
+    def validate(self) -> None:
+        """Raise ValueError with a readable message on settings that cannot work."""
+        positive = {
+            "rounds": self.rounds,
+            "num_tasks": self.num_tasks,
+            "group_size": self.group_size,
+            "num_envs": self.num_envs,
+            "epochs_per_round": self.epochs_per_round,
+            "pairs_per_step": self.pairs_per_step,
+            "micro_batch_pairs": self.micro_batch_pairs,
+            "checkpoint_every": self.checkpoint_every,
+        }
+        for name, value in positive.items():
+            if value < 1:
+                raise ValueError(f"{name} must be >= 1, got {value}")
+        if self.learning_rate <= 0 or self.max_grad_norm <= 0:
+            raise ValueError("learning_rate and max_grad_norm must be > 0")
+        if self.task_pool and self.task_pool < self.num_tasks:
+            raise ValueError(
+                f"task_pool ({self.task_pool}) must be >= num_tasks ({self.num_tasks})"
+            )
+
+
+def select_pairs(
+    trajectories: Sequence[Trajectory], credit: CreditOutput, min_credit: float
+) -> list[Trajectory]:
+    """The high-credit steps, best action per state, each as a one-step trajectory.
+
+    Returns one-step trajectories (so `TokenBatch.from_trajectories` lays them out),
+    in input order. Steps without generated tokens (scripted agents) are skipped.
+    """
+    best: dict[tuple[int, ...], tuple[float, int, Trajectory]] = {}
+    order = 0
+    for traj, step_credit in zip(trajectories, credit.step_advantages, strict=True):
+        for step, value in zip(traj.steps, step_credit, strict=True):
+            if value <= min_credit or not step.action_token_ids:
+                continue
+            state = step.prompt_token_ids
+            if state not in best or value > best[state][0]:
+                best[state] = (float(value), order, dataclasses.replace(traj, steps=(step,)))
+            order += 1
+    return [pair for _, _, pair in sorted(best.values(), key=lambda entry: entry[1])]
+
+
+def action_nll(model: torch.nn.Module, batch: TokenBatch) -> torch.Tensor:
+    """Negative log-likelihood of each action token given everything before it, [N, L].
+
+    Teacher-forced with the model's plain softmax; zero off the action mask. Position j
+    holds -log p(input_ids[j] | input_ids[<j]).
+    """
+    logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
+    logprobs = torch.log_softmax(logits[:, :-1].float(), dim=-1)
+    targets = batch.input_ids[:, 1:]
+    token_logprobs = logprobs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    nll = torch.zeros_like(batch.action_mask)
+    nll[:, 1:] = -token_logprobs * batch.action_mask[:, 1:]
+    return nll
+
+
+class CreditFilteredSFTTrainer:
+    """Iterated fine-tuning on the steps a credit module scores highly (module docstring).
+
+    Args: as `trainers.policy_gradient.PolicyGradientTrainer`, with an `SFTConfig`.
+    """
+
+    def __init__(
+        self,
+        loaded: LoadedModel,
+        credit: CreditModule,
+        env_id: str,
+        env_kwargs: Mapping[str, Any],
+        agent: AgentConfig,
+        config: SFTConfig,
+        run_dir: str | os.PathLike,
+    ) -> None:
+        config.validate()
+        self.config, self.agent_config = config, agent
+        self.credit, self.env_id, self.env_kwargs = credit, env_id, dict(env_kwargs)
+        self.run_dir = Path(run_dir)
+        torch.manual_seed(config.seed)
+        self.policy = prepare_policy(loaded, config.finetune, config.lora)
+        self.params = [p for p in self.policy.model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(
+            self.params, lr=config.learning_rate, weight_decay=config.weight_decay
+        )
+        pad = self.policy.tokenizer.pad_token_id
+        self.pad_token_id = int(pad if pad is not None else self.policy.tokenizer.eos_token_id)
+        self.round = 0
+        self.optimizer_step = 0
+        self.zero_grad_records = 0
+        checkpoint = latest_checkpoint(self.run_dir) if config.resume else None
+        if checkpoint is not None:
+            self._restore(load_checkpoint(checkpoint))
+        self.log = MetricsLog(self.run_dir, resume_step=self.optimizer_step)
+
+    def train(self) -> list[dict[str, float]]:
+        """Run the remaining rounds; returns every metrics record of the run."""
+        try:
+            while self.round < self.config.rounds:
+                self.train_round()
+                if (
+                    self.round == self.config.rounds
+                    or self.round % self.config.checkpoint_every == 0
+                ):
+                    self.save()
+            self.policy.model.save_pretrained(str(self.run_dir / "final"))
+            self.policy.tokenizer.save_pretrained(str(self.run_dir / "final"))
+        finally:
+            self.log.close()
+        return self.log.read()
+
+    def task_seeds(self, round_index: int) -> list[int]:
+        """The env seeds of one round's tasks, a pure function of (seed, round)."""
+        config = self.config
+        if config.task_pool:
+            rng = np.random.default_rng(derive_seed(config.seed, round_index))
+            return [int(x) for x in rng.choice(config.task_pool, config.num_tasks, replace=False)]
+        return [derive_seed(config.seed, round_index, "task", j) for j in range(config.num_tasks)]
+
+    def train_round(self) -> list[dict[str, float]]:
+        """Rollout -> credit -> filter -> `epochs_per_round` passes of NLL steps."""
+        config, round_index = self.config, self.round
+        start = time.perf_counter()
+        agent = LLMAgent(
+            self.policy,
+            seed=derive_seed(config.seed, round_index, "agent"),
+            **asdict(self.agent_config),
+        )
+        trajectories, _ = collect(
+            self.env_id,
+            agent,
+            seeds=self.task_seeds(round_index),
+            group_size=config.group_size,
+            num_envs=config.num_envs,
+            env_kwargs=self.env_kwargs,
+        )
+        rollout_s = time.perf_counter() - start
+        start = time.perf_counter()
+        credit_output = self.credit(trajectories)
+        pairs = select_pairs(trajectories, credit_output, config.min_credit)
+        credit_s = time.perf_counter() - start
+        num_steps = sum(traj.length for traj in trajectories)
+        shared = {
+            **rollout_metrics(trajectories),
+            **{f"credit/{key}": float(value) for key, value in credit_output.metrics.items()},
+            "sft/kept_pairs": float(len(pairs)),
+            "sft/kept_fraction": len(pairs) / max(num_steps, 1),
+            "time/rollout_s": rollout_s,
+            "time/credit_s": credit_s,
+            "iteration": float(round_index),
+        }
+        records = []
+        shuffle_rng = np.random.default_rng(derive_seed(config.seed, round_index, "shuffle"))
+        for _ in range(config.epochs_per_round if pairs else 0):
+            order = shuffle_rng.permutation(len(pairs))
+            for begin in range(0, len(pairs), config.pairs_per_step):
+                chunk = [pairs[i] for i in order[begin : begin + config.pairs_per_step]]
+                start = time.perf_counter()
+                stats = self._optimiser_step(chunk)
+                stats["time/train_s"] = time.perf_counter() - start
+                self.optimizer_step += 1
+                self.zero_grad_records += int(stats["charts/grad_norm_is_zero"])
+                stats["charts/zero_grad_fraction"] = self.zero_grad_records / self.optimizer_step
+                record = {**shared, **stats}
+                self.log.write(self.optimizer_step, record)
+                records.append(record)
+        self.round += 1
+        return records
+
+    def _optimiser_step(self, pairs: Sequence[Trajectory]) -> dict[str, float]:
+        """One AdamW step of token-mean NLL over `pairs`, accumulated over micro-batches."""
+        total_tokens = float(sum(len(pair.steps[0].action_token_ids) for pair in pairs))
+        self.optimizer.zero_grad(set_to_none=True)
+        loss_sum = 0.0
+        for begin in range(0, len(pairs), self.config.micro_batch_pairs):
+            batch = TokenBatch.from_trajectories(
+                pairs[begin : begin + self.config.micro_batch_pairs], self.pad_token_id
+            )
+            # Dividing by the step's total token count makes the accumulated sum the mean.
+            loss = action_nll(self.policy.model, batch).sum() / total_tokens
+            loss.backward()
+            loss_sum += float(loss)
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, self.config.max_grad_norm))
+        self.optimizer.step()
+        return {
+            "losses/sft": loss_sum,
+            "charts/grad_norm": grad_norm,
+            "charts/grad_norm_is_zero": float(grad_norm == 0.0),
+            "charts/action_tokens": total_tokens,
+        }
+
+    def save(self) -> Path:
+        """Checkpoint the adapter/model, optimiser, credit state, RNG states and counters."""
+        state = {
+            "round": self.round,
+            "optimizer_step": self.optimizer_step,
+            "zero_grad_records": self.zero_grad_records,
+            "trainable": trainable_state_dict(self.policy.model),
+            "optimizer": self.optimizer.state_dict(),
+            "credit": self.credit.state_dict(),
+            "rng": rng_state(),
+            "config": asdict(self.config),
+        }
+        path = save_checkpoint(self.run_dir, self.round, state)
+        prune_checkpoints(self.run_dir, self.config.keep_checkpoints)
+        return path
+
+    def _restore(self, state: Mapping[str, Any]) -> None:
+        load_trainable_state_dict(self.policy.model, state["trainable"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.credit.load_state_dict(state["credit"])
+        set_rng_state(state["rng"])
+        self.round = int(state["round"])
+        self.optimizer_step = int(state["optimizer_step"])
+        self.zero_grad_records = int(state["zero_grad_records"])
