@@ -10,8 +10,15 @@ import difflib
 import importlib
 
 from credit.base import CreditModule, CreditOutput
+from credit.gigpo import GiGPO
+from credit.grpo import GRPO
+from credit.hcapo import HCAPO, HCAPOSeed
+from credit.hp_rlvr import HPRLVR
+from credit.rule_based import RuleBased
 
-REGISTRY: dict[str, type] = {}
+REGISTRY: dict[str, type] = {
+    cls.name: cls for cls in (GRPO, RuleBased, GiGPO, HCAPO, HCAPOSeed, HPRLVR)
+}
 
 
 def register(name: str, cls: type) -> None:

@@ -1,0 +1,210 @@
+"""HP-RLVR: single-rollout token credit from causal-vs-hindsight divergence.
+
+Chen et al., Oct 2026, "Hindsight-Privileged RLVR: Single-Rollout Token Credit Without
+Group Sampling" (seed file 004; REFERENCES 1.4). One rollout per task (G = 1 works, no
+group, no critic, no reference solution). The policy snapshot that generated the
+trajectory scores every eligible (policy-generated) token twice by teacher forcing:
+under its causal prompt, and under a hindsight prompt holding the realized future of the
+trajectory and the verifier's feedback (`future_hindsight`). Then, per token j,
+
+    d_j = JS(p_causal_j || p_hind_j) / ln 2 in [0, 1]   (full vocabulary, natural logs)
+    w_j = min(d_j / mean_k d_k, max_weight)             (k over the trajectory's tokens)
+    A_j = (R - b) * w_j
+
+so the sign comes from the reward against a historical baseline b and the magnitude from
+how much knowing the outcome changes the policy's prediction there. |A_j| <= max_weight
+|R - b|: bounded by construction, and non-zero for successes and failures alike whenever
+R != b. When both views agree everywhere (mean d = 0) every weight is 0.
+
+Open choices (the paper body is not available), each the default here:
+- baseline b: exponential moving average of R per task (`env_id/task_id`) once the task
+  has been seen, else a global EMA; updated once per batch *after* the credit is
+  computed, from the batch mean of R per task, so the batch's credit does not depend on
+  its own order. A task's first average is its first batch mean.
+- weights normalised by the trajectory's mean divergence (`normalise_weights=True`), so
+  the average |A| of a trajectory is |R - b| whatever the overall divergence level;
+  `False` uses d_j itself (|A_j| <= |R - b|).
+- hindsight block: outcome and verifier feedback, then the next `max_future_steps` steps
+  (observation each action produced, next action), each observation cut to
+  `max_observation_chars`, so prompt length stays bounded on long episodes.
+- per-step credit (for step-level consumers) = mean of the step's token credits.
+R is the trajectory's total return (see `credit.grpo`).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from agents.models import LoadedModel
+from agents.trajectory import Trajectory
+from credit.base import CreditOutput
+from credit.scoring import (
+    DEFAULT_MEMORY_BUDGET_BYTES,
+    causal_view,
+    hindsight_view,
+    score_divergence,
+)
+
+# Below this mean divergence the two views are treated as identical (float32 noise).
+MIN_MEAN_DIVERGENCE = 1e-12
+
+
+def future_hindsight(
+    trajectory: Trajectory, t: int, max_future_steps: int = 8, max_observation_chars: int = 400
+) -> str:
+    """Verifier feedback and the realized future after step t, as a hindsight text block."""
+    verdict = "success" if trajectory.success else "failure"
+    lines = [f"Outcome: {verdict}. Verifier feedback: {trajectory.feedback}"]
+    future = trajectory.steps[t + 1 : t + 1 + max_future_steps]
+    if future:
+        lines.append("What happened after this action:")
+    for offset, step in enumerate(future, start=1):
+        lines.append(f"[Result {offset}]: {step.observation[:max_observation_chars]}")
+        lines.append(f"[Next action {offset}]: {step.action}")
+    return "\n".join(lines)
+
+
+def divergence_weights(
+    divergences: Sequence[np.ndarray], normalise: bool, max_weight: float
+) -> list[np.ndarray]:
+    """w_j per step from the trajectory's per-token divergences d_j (each [A_t], in [0, 1])."""
+    flat = np.concatenate([*divergences, np.zeros(0)])
+    if not normalise:
+        return [d.astype(np.float64) for d in divergences]
+    mean = float(flat.mean()) if flat.size else 0.0
+    if mean < MIN_MEAN_DIVERGENCE:
+        return [np.zeros_like(d, dtype=np.float64) for d in divergences]
+    return [np.minimum(d / mean, max_weight) for d in divergences]
+
+
+class HPRLVR:
+    """Hindsight-privileged single-rollout token credit; see the module docstring.
+
+    Args:
+        model: the policy snapshot that generated the trajectories (`LoadedModel`).
+        baseline_momentum: EMA momentum m of the baseline, b <- m b + (1 - m) mean R
+            (0.9: about the last ten batches).
+        initial_baseline: global baseline before any batch (0.0: a failure with R = 0 gets
+            no credit until a success has raised the baseline).
+        normalise_weights: w_j = d_j / mean d (True) or d_j (False).
+        max_weight: cap of the normalised weight (5.0).
+        max_future_steps: future steps shown in the hindsight block (8).
+        max_observation_chars: characters kept of each future observation (400).
+        history_len: steps of history in rebuilt prompts (2).
+        memory_budget_bytes: scoring chunk budget (`credit.scoring`).
+
+    Metrics: `mean_jsd`, `mean_baseline`, `mean_abs_advantage`, `frac_zero_weight_trajs`.
+    """
+
+    name = "hp_rlvr"
+
+    def __init__(
+        self,
+        model: LoadedModel,
+        baseline_momentum: float = 0.9,
+        initial_baseline: float = 0.0,
+        normalise_weights: bool = True,
+        max_weight: float = 5.0,
+        max_future_steps: int = 8,
+        max_observation_chars: int = 400,
+        history_len: int = 2,
+        memory_budget_bytes: int = DEFAULT_MEMORY_BUDGET_BYTES,
+    ) -> None:
+        if not 0.0 <= baseline_momentum < 1.0:
+            raise ValueError(f"baseline_momentum must be in [0, 1), got {baseline_momentum}")
+        if max_weight <= 0:
+            raise ValueError(f"max_weight must be positive, got {max_weight}")
+        self.model = model
+        self.baseline_momentum = baseline_momentum
+        self.normalise_weights = normalise_weights
+        self.max_weight = max_weight
+        self.max_future_steps = max_future_steps
+        self.max_observation_chars = max_observation_chars
+        self.history_len = history_len
+        self.memory_budget_bytes = memory_budget_bytes
+        self.global_baseline = float(initial_baseline)
+        self.task_baselines: dict[str, float] = {}
+
+    @staticmethod
+    def task_key(trajectory: Trajectory) -> str:
+        return f"{trajectory.env_id}/{trajectory.task_id}"
+
+    def baseline(self, trajectory: Trajectory) -> float:
+        """b for this trajectory: its task's EMA if the task was seen, else the global EMA."""
+        return self.task_baselines.get(self.task_key(trajectory), self.global_baseline)
+
+    def divergences(self, trajectories: Sequence[Trajectory]) -> list[list[np.ndarray]]:
+        """d_j per trajectory, per step ([A_t] each): one causal and one hindsight pass per step."""
+        tokenizer = self.model.tokenizer
+        causal, hindsight = [], []
+        for traj in trajectories:
+            for t in range(traj.length):
+                block = future_hindsight(traj, t, self.max_future_steps, self.max_observation_chars)
+                causal.append(causal_view(tokenizer, traj, t, self.history_len))
+                hindsight.append(hindsight_view(tokenizer, traj, t, block, self.history_len))
+        scores = iter(score_divergence(self.model, causal, hindsight, self.memory_budget_bytes))
+        return [[next(scores).jsd for _ in traj.steps] for traj in trajectories]
+
+    def __call__(self, trajectories: Sequence[Trajectory]) -> CreditOutput:
+        divergences = self.divergences(trajectories)
+        step_advantages, token_advantages = [], []
+        baselines, zero_weight, abs_advantages = [], 0, []
+        for traj, traj_divergences in zip(trajectories, divergences, strict=True):
+            baseline = self.baseline(traj)
+            baselines.append(baseline)
+            weights = divergence_weights(traj_divergences, self.normalise_weights, self.max_weight)
+            zero_weight += int(traj.length > 0 and not any(np.any(w) for w in weights))
+            scale = traj.total_return - baseline
+            credit = [(scale * w).astype(np.float32) for w in weights]
+            step_advantages.append(
+                np.array([c.mean() if c.size else 0.0 for c in credit], dtype=np.float32)
+            )
+            # Scripted steps carry no generated tokens: their credit lives at step level.
+            token_advantages.append(
+                [
+                    c if step.action_token_ids else np.zeros(0, dtype=np.float32)
+                    for c, step in zip(credit, traj.steps, strict=True)
+                ]
+            )
+            abs_advantages.extend(np.abs(c) for c in credit)
+        all_divergences = np.concatenate([d for traj in divergences for d in traj] + [np.zeros(0)])
+        all_abs = np.concatenate([*abs_advantages, np.zeros(0)])
+        metrics = {
+            "mean_jsd": float(all_divergences.mean()) if all_divergences.size else 0.0,
+            "mean_baseline": float(np.mean(baselines)) if baselines else self.global_baseline,
+            "mean_abs_advantage": float(all_abs.mean()) if all_abs.size else 0.0,
+            "frac_zero_weight_trajs": zero_weight / len(trajectories) if trajectories else 0.0,
+        }
+        self._update_baselines(trajectories)
+        return CreditOutput(step_advantages, token_advantages, metrics)
+
+    def _update_baselines(self, trajectories: Sequence[Trajectory]) -> None:
+        """One EMA step per batch from the per-task mean returns (order-independent)."""
+        if not trajectories:
+            return
+        returns_by_task: dict[str, list[float]] = defaultdict(list)
+        for traj in trajectories:
+            returns_by_task[self.task_key(traj)].append(traj.total_return)
+        m = self.baseline_momentum
+        for key, returns in returns_by_task.items():
+            mean_return = float(np.mean(returns))
+            previous = self.task_baselines.get(key)
+            self.task_baselines[key] = (
+                mean_return if previous is None else m * previous + (1 - m) * mean_return
+            )
+        batch_mean = float(np.mean([traj.total_return for traj in trajectories]))
+        self.global_baseline = m * self.global_baseline + (1 - m) * batch_mean
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "global_baseline": self.global_baseline,
+            "task_baselines": dict(self.task_baselines),
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.global_baseline = float(state["global_baseline"])
+        self.task_baselines = {key: float(value) for key, value in state["task_baselines"].items()}
