@@ -1,0 +1,49 @@
+"""Command-line edge helpers: name lookup with suggestions, and one-line errors.
+
+Every `benchmarks` entry point turns names into objects through `lookup` and reports
+bad input as a `UsageError`: one line on stderr, exit status 2, no traceback.
+"""
+
+from __future__ import annotations
+
+import difflib
+import sys
+from collections.abc import Callable, Iterable, Mapping
+from typing import TypeVar
+
+T = TypeVar("T")
+
+USAGE_EXIT_CODE = 2
+
+
+class UsageError(Exception):
+    """Bad user input; the message is the whole explanation (no traceback shown)."""
+
+
+def suggest(name: str, candidates: Iterable[str]) -> str:
+    """' Did you mean a, b?' for close matches of `name`, or '' when none is close."""
+    close = difflib.get_close_matches(name, list(candidates), n=3, cutoff=0.5)
+    return f" Did you mean {', '.join(close)}?" if close else ""
+
+
+def lookup(kind: str, name: str, registry: Mapping[str, T]) -> T:
+    """`registry[name]`, or a `UsageError` listing valid names and close matches."""
+    if name in registry:
+        return registry[name]
+    valid = ", ".join(sorted(registry))
+    raise UsageError(f"unknown {kind} {name!r}; valid: {valid}.{suggest(name, registry)}")
+
+
+def exit_on_usage_error(main: Callable[[list[str] | None], int]) -> Callable[..., int]:
+    """Wrap an entry point so a `UsageError` prints one line and exits with status 2."""
+
+    def wrapped(argv: list[str] | None = None) -> int:
+        try:
+            return main(argv)
+        except UsageError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return USAGE_EXIT_CODE
+
+    wrapped.__doc__ = main.__doc__
+    wrapped.__name__ = main.__name__
+    return wrapped

@@ -1,0 +1,288 @@
+"""Run-folder I/O: the only files a benchmark run writes and the leaderboard reads.
+
+A run folder `results/runs/<run-name>/` holds:
+
+    config.json      the full resolved `RunConfig` (written once, atomically)
+    provenance.json  Python / package versions, git commit, host (atomically)
+    episodes.jsonl   one `EpisodeRecord` per evaluation episode (append-only)
+    metrics.jsonl    one record per optimiser step from the trainer (append-only)
+    samples.jsonl    sample trajectories with per-step credit of every module
+    training.json    training summary, written when training finished
+    done.json        run summary, written last: its presence means "finished"
+    checkpoints/     trainer checkpoints (git-ignored)
+
+Append-only files survive a SIGKILL: every record is one line written with a single
+`write` and flushed to disk before the next episode starts, and a reader drops a torn
+last line (no trailing newline) instead of failing. So a killed run, started again with
+the same command, keeps every complete episode and repeats none (BALROG resumes the same
+way: per-episode records, summaries derived from them).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import tempfile
+from collections.abc import Iterator, Mapping
+from dataclasses import asdict, dataclass, fields
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+CONFIG_FILE = "config.json"
+PROVENANCE_FILE = "provenance.json"
+EPISODES_FILE = "episodes.jsonl"
+METRICS_FILE = "metrics.jsonl"
+SAMPLES_FILE = "samples.jsonl"
+TRAINING_FILE = "training.json"
+DONE_FILE = "done.json"
+CHECKPOINT_DIR = "checkpoints"
+
+# Packages whose versions decide a result; recorded in provenance.json.
+TRACKED_PACKAGES = (
+    "torch",
+    "transformers",
+    "tokenizers",
+    "peft",
+    "gymnasium",
+    "alfworld",
+    "textworld",
+    "numpy",
+    "tyro",
+)
+
+
+@dataclass(frozen=True)
+class EpisodeRecord:
+    """One evaluation episode, as a line of `episodes.jsonl`.
+
+    Attributes:
+        index: episode number within its split (0-based); with `split` the resume key.
+        env: registered env id.
+        split: evaluation split name (e.g. `test`, `in_distribution`).
+        task_id: the env's task id.
+        task_type: ALFWorld task type / SysDiag fault family / "" when the env has none.
+        seed: seed passed to `env.reset`.
+        method: leaderboard row label (trainer + credit + model + group size).
+        success: the env's verdict.
+        episode_return: sum of step rewards (field `return` in the file).
+        steps: number of agent steps.
+        truncated: cut by the step limit rather than ended by the agent.
+        tokens: policy-generated tokens in the episode (0 for scripted agents).
+        train_step: optimiser steps taken before this evaluation (0 without training).
+    """
+
+    index: int
+    env: str
+    split: str
+    task_id: str
+    task_type: str
+    seed: int
+    method: str
+    success: bool
+    episode_return: float
+    steps: int
+    truncated: bool
+    tokens: int
+    train_step: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        record = asdict(self)
+        record["return"] = record.pop("episode_return")
+        return record
+
+    @classmethod
+    def from_dict(cls, record: Mapping[str, Any]) -> EpisodeRecord:
+        values = dict(record)
+        values["episode_return"] = values.pop("return")
+        names = {f.name for f in fields(cls)}
+        return cls(**{key: value for key, value in values.items() if key in names})
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write `text` to `path` via a temp file in the same folder and `os.replace`."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_json(path: Path, value: Any) -> None:
+    atomic_write_text(path, json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True) + "\n")
+
+
+def read_json(path: Path) -> Any:
+    with open(path, encoding="utf-8") as handle:
+        return json.load(handle)
+
+
+def repair_jsonl(path: Path) -> int:
+    """Cut a torn last line (a write killed half-way) off `path`; returns bytes removed."""
+    if not path.exists():
+        return 0
+    data = path.read_bytes()
+    keep = data.rfind(b"\n") + 1  # 0 when there is no complete line at all
+    if keep == len(data):
+        return 0
+    with open(path, "r+b") as handle:
+        handle.truncate(keep)
+    return len(data) - keep
+
+
+def iter_jsonl(path: Path) -> Iterator[dict[str, Any]]:
+    """Yield the complete records of a JSON-lines file (a torn last line is skipped).
+
+    Raises:
+        ValueError: a complete line in the middle is not JSON (names file and line).
+    """
+    if not path.exists():
+        return
+    with open(path, encoding="utf-8") as handle:
+        for line_number, line in enumerate(handle, start=1):
+            if not line.endswith("\n"):
+                return  # torn by a kill mid-write; `repair_jsonl` removes it on resume
+            if not line.strip():
+                continue
+            try:
+                yield json.loads(line)
+            except json.JSONDecodeError as error:
+                raise ValueError(f"{path}:{line_number}: not a JSON record ({error})") from error
+
+
+class JsonlAppender:
+    """Append JSON records one line at a time, each flushed and fsynced before returning."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        repair_jsonl(path)
+        self.path = path
+        self._handle = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
+
+    def append(self, record: Mapping[str, Any]) -> None:
+        # One write per record: a kill leaves at most one torn line, never a mixed one.
+        self._handle.write(json.dumps(record, ensure_ascii=False, sort_keys=True) + "\n")
+        self._handle.flush()
+        os.fsync(self._handle.fileno())
+
+    def close(self) -> None:
+        self._handle.close()
+
+    def __enter__(self) -> JsonlAppender:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def read_episodes(run_dir: Path) -> list[EpisodeRecord]:
+    return [EpisodeRecord.from_dict(r) for r in iter_jsonl(run_dir / EPISODES_FILE)]
+
+
+def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
+    return list(iter_jsonl(run_dir / METRICS_FILE))
+
+
+def run_dirs(root: Path) -> list[Path]:
+    """Every run folder under `root` (a folder holding config.json), sorted by name."""
+    if not root.is_dir():
+        return []
+    return sorted(p for p in root.iterdir() if (p / CONFIG_FILE).is_file())
+
+
+def git_commit(repo: Path) -> dict[str, Any]:
+    """The repository's HEAD commit and whether the work tree had local changes."""
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        status = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=repo,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return {"commit": None, "dirty": None}
+    return {"commit": commit, "dirty": bool(status.strip())}
+
+
+def provenance(repo: Path) -> dict[str, Any]:
+    """Versions and commit that produced a run (what a reader needs to reproduce it)."""
+    versions = {}
+    for package in TRACKED_PACKAGES:
+        try:
+            versions[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            versions[package] = None
+    return {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpu_count": os.cpu_count(),
+        "packages": versions,
+        "git": git_commit(repo),
+    }
+
+
+@dataclass(frozen=True)
+class RunData:
+    """What the leaderboard needs from one run folder."""
+
+    run_dir: Path
+    config: Mapping[str, Any]
+    episodes: tuple[EpisodeRecord, ...]
+    metrics: tuple[Mapping[str, Any], ...]
+    training: Mapping[str, Any] | None
+
+    @property
+    def method(self) -> tuple[Any, ...]:
+        return method_key(self.config)
+
+    @property
+    def env(self) -> str:
+        return str(self.config["env_id"]).split("/")[-1]
+
+
+METHOD_FIELDS = ("model", "trainer", "credit", "group_size", "steps")
+
+
+def method_key(config: Mapping[str, Any]) -> tuple[Any, ...]:
+    """Leaderboard row of a run: (model, trainer, credit, group size, optimiser steps)."""
+    return tuple(config[f"method_{name}"] for name in METHOD_FIELDS)
+
+
+def load_runs(root: Path) -> list[RunData]:
+    """Every run folder under `root` with at least one evaluation episode."""
+    runs = []
+    for run_dir in run_dirs(root):
+        episodes = tuple(read_episodes(run_dir))
+        if not episodes:
+            continue
+        training_path = run_dir / TRAINING_FILE
+        runs.append(
+            RunData(
+                run_dir=run_dir,
+                config=read_json(run_dir / CONFIG_FILE),
+                episodes=episodes,
+                metrics=tuple(read_metrics(run_dir)),
+                training=read_json(training_path) if training_path.exists() else None,
+            )
+        )
+    return runs
+
+
+def method_label(method: tuple[Any, ...]) -> str:
+    """Human-readable row name of a `method_key`."""
+    model, trainer, credit, group_size, steps = method
+    if trainer == "eval-only":
+        return f"{model} (eval-only)"
+    return f"{model} {trainer}+{credit} G={group_size} {steps} steps"

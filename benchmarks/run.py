@@ -1,0 +1,436 @@
+"""Train one (env, credit, model) configuration and evaluate it: `python -m benchmarks.run`.
+
+    python -m benchmarks.run                                   # defaults, < 15 min on 2 CPU cores
+    python -m benchmarks.run --env alfworld --credit hp_rlvr   # one method on ALFWorld
+    python -m benchmarks.run --model expert --credit none      # scripted baseline, eval only
+    python -m benchmarks.run --preset paper --device cuda      # the papers' settings
+
+Each run writes `results/runs/<run-name>/` (layout in `benchmarks/records.py`); the run
+name is derived from the configuration, so the same command finds the same folder and
+resumes a killed run without losing or repeating evaluation episodes. Names (env,
+credit, model, trainer, split) are turned into objects here, through dict registries.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import re
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import gymnasium as gym
+import tyro
+from tqdm import tqdm
+
+import envs
+from agents.base import Agent, ExpertAgent, RandomAgent
+from agents.episode import play_episode
+from agents.trajectory import Trajectory
+from benchmarks import records
+from benchmarks.cli import UsageError, exit_on_usage_error, lookup
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+# Evaluation seeds start far above any training seed so that evaluation tasks are never
+# training tasks where the env draws tasks from the seed (SysDiag, CodeExec).
+EVAL_SEED_BASE = 1_000_000
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Train one configuration (env x credit x model) and evaluate it."""
+
+    env: str = "sysdiag"
+    """Environment: a short name (sysdiag, alfworld, code) or a registered creditgym/ id.
+    SysDiag is the default: its episodes are fast enough for a CPU run."""
+    credit: str = "none"
+    """Credit module (grpo, gigpo, hcapo, hp_rlvr, rule_based, or package.module:Class);
+    `none` evaluates the model or scripted agent without training."""
+    model: str = "smollm2-135m"
+    """Policy: a model name (tiny, smollm2-135m), a Hugging Face id or local folder, or a
+    scripted agent (expert, random)."""
+    trainer: str = "policy_gradient"
+    """Trainer used when --credit is not `none`; `eval-only` skips training."""
+    group_size: int = 8
+    """Rollouts per task in one optimiser step (G)."""
+    steps: int = 2
+    """Optimiser steps."""
+    eval_episodes: int = 8
+    """Evaluation episodes per split (the same tasks for every method and seed)."""
+    split: str = "all"
+    """Evaluation split: `all`, or one split of the env (ALFWorld: in_distribution,
+    out_of_distribution; other envs: test)."""
+    seed: int = 0
+    """Seed of training and of the policy's sampling."""
+    device: str = "cpu"
+    """Torch device of the policy (cpu, cuda, cuda:1, mps)."""
+    out: Path = Path("results/runs")
+    """Folder that receives the run folder."""
+    preset: Literal["default", "paper"] = "default"
+    """Starting values of the other options: `default` fits a 2-core CPU in < 15 min;
+    `paper` is the GiGPO/HCAPO ALFWorld setup (G=8, 150 steps, 50-step episodes), for a GPU."""
+    max_episode_steps: int | None = None
+    """Step limit of an episode (the env's own default when unset)."""
+    eval_temperature: float = 0.4
+    """Sampling temperature of the policy during evaluation (GiGPO validates at 0.4; 0 is
+    greedy)."""
+    eval_batch_size: int = 8
+    """Evaluation episodes played together in one batch by an LLM policy."""
+    sample_group_size: int = 4
+    """Rollouts of one task kept as sample trajectories with every module's credit."""
+    name: str | None = None
+    """Run folder name; derived from the configuration when unset (so reruns resume)."""
+
+
+PRESETS: dict[str, dict[str, Any]] = {
+    "default": {},
+    # GiGPO Table 1 / HCAPO setup (REFERENCES.md section 2): G = 8, 150 iterations,
+    # 50-step episodes, validation temperature 0.4.
+    "paper": {
+        "group_size": 8,
+        "steps": 150,
+        "eval_episodes": 128,
+        "max_episode_steps": 50,
+        "eval_temperature": 0.4,
+        "eval_batch_size": 32,
+    },
+}
+
+# Fields that do not change what a run computes, left out of the run name's hash: a
+# rerun with more evaluation episodes, another split or device extends the same run.
+NON_IDENTITY_FIELDS = frozenset(
+    {"eval_episodes", "split", "device", "out", "preset", "eval_batch_size", "name"}
+)
+
+
+@dataclass(frozen=True)
+class EvalSplit:
+    """An evaluation split: its name and the env constructor kwargs that select it."""
+
+    name: str
+    env_kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+
+# Env id -> its evaluation splits. ALFWorld has in- and out-of-distribution game sets
+# (valid_seen / valid_unseen in the original data); the others one test distribution,
+# kept apart from training by the seed range (EVAL_SEED_BASE).
+EVAL_SPLITS: dict[str, tuple[EvalSplit, ...]] = {
+    "creditgym/SysDiag-v0": (EvalSplit("test"),),
+    "creditgym/ALFWorld-v0": (
+        EvalSplit("in_distribution", {"split": "eval_in_distribution"}),
+        EvalSplit("out_of_distribution", {"split": "eval_out_of_distribution"}),
+    ),
+    "creditgym/CodeExec-v0": (EvalSplit("test"),),
+}
+TRAIN_ENV_KWARGS: dict[str, dict[str, Any]] = {"creditgym/ALFWorld-v0": {"split": "train"}}
+# Env id -> the `info` key that names an episode's task type (leaderboard breakdown).
+TASK_TYPE_KEYS: dict[str, str] = {
+    "creditgym/SysDiag-v0": "fault_family",
+    "creditgym/ALFWorld-v0": "task_type",
+}
+
+# Scripted agents, built per episode from a seed so a resumed run replays exactly the
+# episodes an uninterrupted one would have played.
+SCRIPTED_AGENTS: dict[str, Callable[[int], Agent]] = {
+    "expert": lambda seed: ExpertAgent(),
+    "random": lambda seed: RandomAgent(seed=seed),
+}
+NO_CREDIT = "none"
+EVAL_ONLY = "eval-only"
+
+
+def env_id_for(name: str) -> str:
+    """Short name or registered id -> registered id (UsageError with suggestions)."""
+    known = {**envs.SHORT_NAMES, **{env_id: env_id for env_id in EVAL_SPLITS}}
+    return lookup("env", name, known)
+
+
+def short_env_name(env_id: str) -> str:
+    by_id = {env_id: short for short, env_id in envs.SHORT_NAMES.items()}
+    return by_id.get(env_id, env_id.split("/")[-1].lower())
+
+
+def trains(cfg: RunConfig) -> bool:
+    return cfg.credit != NO_CREDIT and cfg.trainer != EVAL_ONLY
+
+
+def method_fields(cfg: RunConfig) -> dict[str, Any]:
+    """Leaderboard row identity (`records.METHOD_FIELDS`): model, trainer, credit, G, steps."""
+    if not trains(cfg):
+        return {
+            "model": cfg.model,
+            "trainer": EVAL_ONLY,
+            "credit": NO_CREDIT,
+            "group_size": 0,
+            "steps": 0,
+        }
+    return {
+        "model": cfg.model,
+        "trainer": cfg.trainer,
+        "credit": cfg.credit,
+        "group_size": cfg.group_size,
+        "steps": cfg.steps,
+    }
+
+
+def method_label(cfg: RunConfig) -> str:
+    return records.method_label(tuple(method_fields(cfg)[f] for f in records.METHOD_FIELDS))
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-")
+
+
+def run_name(cfg: RunConfig) -> str:
+    """Readable name plus a hash of every result-deciding field (same config, same name)."""
+    if cfg.name:
+        return cfg.name
+    identity = {
+        key: value
+        for key, value in dataclasses.asdict(cfg).items()
+        if key not in NON_IDENTITY_FIELDS
+    }
+    identity["env"] = env_id_for(cfg.env)
+    digest = hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()
+    what = (
+        f"{cfg.trainer}-{cfg.credit}-G{cfg.group_size}-{cfg.steps}steps"
+        if trains(cfg)
+        else EVAL_ONLY
+    )
+    return _slug(
+        f"{short_env_name(identity['env'])}_{cfg.model}_{what}_seed{cfg.seed}_{digest[:6]}"
+    )
+
+
+def parse_config(argv: Sequence[str] | None = None) -> RunConfig:
+    """Parse the command line; `--preset` picks the defaults the other options start from."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    preset = "default"
+    for position, arg in enumerate(args):
+        if arg == "--preset" and position + 1 < len(args):
+            preset = args[position + 1]
+        elif arg.startswith("--preset="):
+            preset = arg.split("=", 1)[1]
+    overrides = lookup("preset", preset, PRESETS)
+    default = dataclasses.replace(RunConfig(), preset=preset, **overrides)
+    return tyro.cli(RunConfig, args=args, default=default, description=__doc__.split("\n")[0])
+
+
+def check_out_writable(out: Path) -> None:
+    """Create `out` and write a probe file there, or raise a one-line UsageError."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=out, prefix=".write-probe-"):
+            pass
+    except OSError as error:
+        raise UsageError(f"--out {out} cannot be written: {error.strerror or error}") from error
+
+
+def make_env(env_id: str, env_kwargs: Mapping[str, Any]) -> gym.Env:
+    """`gym.make` with env errors (missing module, bad kwargs, missing data) as one line."""
+    try:
+        return gym.make(env_id, **env_kwargs)
+    except (ImportError, gym.error.Error, TypeError, ValueError, OSError) as error:
+        raise UsageError(f"cannot create env {env_id} with {dict(env_kwargs)}: {error}") from error
+
+
+def env_kwargs_for(cfg: RunConfig, env_id: str, split: EvalSplit | None) -> dict[str, Any]:
+    kwargs: dict[str, Any] = (
+        dict(split.env_kwargs) if split else dict(TRAIN_ENV_KWARGS.get(env_id, {}))
+    )
+    if cfg.max_episode_steps is not None:
+        kwargs["max_steps"] = cfg.max_episode_steps
+    return kwargs
+
+
+def eval_splits(cfg: RunConfig, env_id: str) -> tuple[EvalSplit, ...]:
+    splits = EVAL_SPLITS[env_id]
+    if cfg.split == "all":
+        return splits
+    return (lookup(f"split of {env_id}", cfg.split, {s.name: s for s in splits}),)
+
+
+def validate(cfg: RunConfig) -> None:
+    """Check every name and path before any work starts (one clear line per problem)."""
+    env_id = env_id_for(cfg.env)
+    eval_splits(cfg, env_id)
+    if cfg.eval_episodes < 0 or cfg.steps < 0 or cfg.group_size < 1:
+        raise UsageError("--eval-episodes and --steps must be >= 0 and --group-size >= 1")
+    if cfg.model in SCRIPTED_AGENTS and trains(cfg):
+        raise UsageError(
+            f"--model {cfg.model} is a scripted agent and cannot be trained; "
+            f"use --credit {NO_CREDIT} to evaluate it"
+        )
+    if cfg.model not in SCRIPTED_AGENTS:
+        raise UsageError(
+            f"unknown model {cfg.model!r}; LLM policies are not available yet; "
+            f"scripted agents: {', '.join(SCRIPTED_AGENTS)}"
+        )
+    check_out_writable(cfg.out)
+
+
+def prepare_run_dir(cfg: RunConfig) -> Path:
+    """Create the run folder with config.json and provenance.json (kept on resume)."""
+    run_dir = cfg.out / run_name(cfg)
+    config = {
+        **json.loads(json.dumps(dataclasses.asdict(cfg), default=str)),
+        "env_id": env_id_for(cfg.env),
+        "run_name": run_dir.name,
+        "method": method_label(cfg),
+        **{f"method_{key}": value for key, value in method_fields(cfg).items()},
+    }
+    # Rewritten on resume: a rerun may extend the evaluation (more episodes, another
+    # split), which the name's hash ignores; the latest request is what config.json shows.
+    records.atomic_write_json(run_dir / records.CONFIG_FILE, config)
+    if not (run_dir / records.PROVENANCE_FILE).exists():
+        records.atomic_write_json(run_dir / records.PROVENANCE_FILE, records.provenance(REPO_ROOT))
+    return run_dir
+
+
+def episode_record(
+    trajectory: Trajectory, index: int, split: str, method: str, train_step: int
+) -> records.EpisodeRecord:
+    task_type_key = TASK_TYPE_KEYS.get(trajectory.env_id)
+    last_info = trajectory.steps[-1].info if trajectory.steps else {}
+    return records.EpisodeRecord(
+        index=index,
+        env=trajectory.env_id,
+        split=split,
+        task_id=trajectory.task_id,
+        task_type=str(last_info.get(task_type_key, "")) if task_type_key else "",
+        seed=trajectory.seed,
+        method=method,
+        success=trajectory.success,
+        episode_return=trajectory.total_return,
+        steps=trajectory.length,
+        truncated=trajectory.truncated,
+        tokens=trajectory.num_action_tokens,
+        train_step=train_step,
+    )
+
+
+def episode_agent_seed(run_seed: int, split: str, index: int) -> int:
+    """A per-episode agent seed, stable across restarts (resume replays the same episode)."""
+    digest = hashlib.sha256(f"{run_seed}/{split}/{index}".encode()).digest()
+    return int.from_bytes(digest[:4], "little")
+
+
+def missing_episodes(cfg: RunConfig, run_dir: Path) -> list[tuple[EvalSplit, int]]:
+    """(split, episode index) pairs requested by `cfg` and not yet in episodes.jsonl."""
+    done = {(r.split, r.index) for r in records.read_episodes(run_dir)}
+    return [
+        (split, index)
+        for split in eval_splits(cfg, env_id_for(cfg.env))
+        for index in range(cfg.eval_episodes)
+        if (split.name, index) not in done
+    ]
+
+
+def is_finished(cfg: RunConfig) -> bool:
+    """The run folder of `cfg` holds done.json and every requested episode."""
+    run_dir = cfg.out / run_name(cfg)
+    return (run_dir / records.DONE_FILE).exists() and not missing_episodes(cfg, run_dir)
+
+
+def evaluate(cfg: RunConfig, env_id: str, run_dir: Path, train_step: int) -> None:
+    """Play the missing evaluation episodes of every requested split, appending each."""
+    todo = missing_episodes(cfg, run_dir)
+    method = method_label(cfg)
+    needed = {split.name: split for split, _ in todo}
+    split_envs = {
+        name: make_env(env_id, env_kwargs_for(cfg, env_id, split)) for name, split in needed.items()
+    }
+    try:
+        with (
+            records.JsonlAppender(run_dir / records.EPISODES_FILE) as sink,
+            tqdm(total=len(todo), desc="evaluate", unit="ep", disable=not todo) as progress,
+        ):
+            for split, index in todo:
+                agent = SCRIPTED_AGENTS[cfg.model](episode_agent_seed(cfg.seed, split.name, index))
+                trajectory = play_episode(
+                    split_envs[split.name], agent, seed=EVAL_SEED_BASE + index
+                )
+                record = episode_record(trajectory, index, split.name, method, train_step)
+                sink.append(record.to_dict())
+                progress.update(1)
+    finally:
+        for env in split_envs.values():
+            env.close()
+
+
+def summarize(episodes: Sequence[records.EpisodeRecord]) -> list[dict[str, Any]]:
+    """Per split: episodes, success % with standard error, return, length, tokens."""
+    rows = []
+    for split in sorted({e.split for e in episodes}):
+        chosen = [e for e in episodes if e.split == split]
+        n = len(chosen)
+        rate = sum(e.success for e in chosen) / n
+        rows.append(
+            {
+                "split": split,
+                "episodes": n,
+                "success_pct": 100 * rate,
+                "success_se_pct": 100 * math.sqrt(rate * (1 - rate) / n),
+                "mean_return": sum(e.episode_return for e in chosen) / n,
+                "mean_steps": sum(e.steps for e in chosen) / n,
+                "truncated_pct": 100 * sum(e.truncated for e in chosen) / n,
+                "tokens_per_episode": sum(e.tokens for e in chosen) / n,
+            }
+        )
+    return rows
+
+
+def format_summary(run: str, method: str, rows: Sequence[Mapping[str, Any]]) -> str:
+    header = (
+        f"{'split':<22}{'episodes':>9}{'success %':>16}{'return':>9}"
+        f"{'steps':>8}{'trunc %':>9}{'tokens':>9}"
+    )
+    lines = [f"run {run}  method {method}", header, "-" * len(header)]
+    for row in rows:
+        success = f"{row['success_pct']:.1f} ± {row['success_se_pct']:.1f}"
+        lines.append(
+            f"{row['split']:<22}{row['episodes']:>9}{success:>16}{row['mean_return']:>9.3f}"
+            f"{row['mean_steps']:>8.1f}{row['truncated_pct']:>9.1f}{row['tokens_per_episode']:>9.1f}"
+        )
+    return "\n".join(lines)
+
+
+def run(cfg: RunConfig) -> Path:
+    """Validate, (train,) evaluate, write the run folder; returns it."""
+    validate(cfg)
+    env_id = env_id_for(cfg.env)
+    run_dir = prepare_run_dir(cfg)
+    started = time.perf_counter()
+    train_step = 0
+    evaluate(cfg, env_id, run_dir, train_step)
+    episodes = records.read_episodes(run_dir)
+    requested = {s.name for s in eval_splits(cfg, env_id)}
+    rows = summarize([e for e in episodes if e.split in requested and e.index < cfg.eval_episodes])
+    records.atomic_write_json(
+        run_dir / records.DONE_FILE,
+        {"summary": rows, "eval_seconds_this_invocation": time.perf_counter() - started},
+    )
+    print(format_summary(run_dir.name, method_label(cfg), rows))
+    print(f"run folder: {run_dir}")
+    return run_dir
+
+
+@exit_on_usage_error
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of `python -m benchmarks.run`."""
+    run(parse_config(argv))
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    sys.exit(main())
