@@ -292,6 +292,11 @@ def k3_kl(new_logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tenso
     return torch.exp(log_ratio) - log_ratio - 1.0
 
 
+def to_device(batch: TokenBatch, device: torch.device) -> TokenBatch:
+    """The same batch with every tensor on `device` (the policy's)."""
+    return TokenBatch(*(tensor.to(device) for tensor in batch))
+
+
 def rollout_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
     """Success rate, mean trajectory length and valid-action ratio of a batch.
 
@@ -445,6 +450,7 @@ class PolicyGradientTrainer:
             temperature=agent.temperature,
             top_p=agent.top_p,
             constrained=agent.constrained,
+            tokenizer=self.policy.tokenizer,
         )
 
     def _reference_logprobs(
@@ -461,15 +467,16 @@ class PolicyGradientTrainer:
     ) -> dict[str, float]:
         """One AdamW step over `trajectories`, accumulating gradients over micro-batches."""
         config = self.config
+        device = next(self.policy.model.parameters()).device
         full = TokenBatch.from_trajectories(trajectories, self.pad_token_id)
-        weights = token_weights(full, config.length_normalise)
-        all_advantages = full.scatter(token_advantages)
+        weights = token_weights(full, config.length_normalise).to(device)
+        all_advantages = full.scatter(token_advantages).to(device)
         self.optimizer.zero_grad(set_to_none=True)
         sums = {"policy": 0.0, "kl": 0.0, "clip": 0.0, "entropy": 0.0}
         row = 0
         for start in range(0, len(trajectories), config.micro_batch_trajectories):
             micro = trajectories[start : start + config.micro_batch_trajectories]
-            batch = TokenBatch.from_trajectories(micro, self.pad_token_id)
+            batch = to_device(TokenBatch.from_trajectories(micro, self.pad_token_id), device)
             rows = slice(row, row + batch.input_ids.shape[0])
             row = rows.stop
             width = batch.input_ids.shape[1]
@@ -495,7 +502,7 @@ class PolicyGradientTrainer:
         self.optimizer.step()
 
         num_tokens = float(full.action_mask.sum().clamp(min=1.0))
-        token_advs = all_advantages[full.action_mask.bool()]
+        token_advs = all_advantages[full.action_mask.to(device).bool()]
         return {
             "losses/policy": sums["policy"],
             "losses/kl": sums["kl"],

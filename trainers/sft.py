@@ -53,6 +53,7 @@ from trainers.policy_gradient import (
     derive_seed,
     prepare_policy,
     rollout_metrics,
+    to_device,
 )
 
 
@@ -269,11 +270,15 @@ class CreditFilteredSFTTrainer:
     def _optimiser_step(self, pairs: Sequence[Trajectory]) -> dict[str, float]:
         """One AdamW step of token-mean NLL over `pairs`, accumulated over micro-batches."""
         total_tokens = float(sum(len(pair.steps[0].action_token_ids) for pair in pairs))
+        device = next(self.policy.model.parameters()).device
         self.optimizer.zero_grad(set_to_none=True)
         loss_sum = 0.0
         for begin in range(0, len(pairs), self.config.micro_batch_pairs):
-            batch = TokenBatch.from_trajectories(
-                pairs[begin : begin + self.config.micro_batch_pairs], self.pad_token_id
+            batch = to_device(
+                TokenBatch.from_trajectories(
+                    pairs[begin : begin + self.config.micro_batch_pairs], self.pad_token_id
+                ),
+                device,
             )
             # Dividing by the step's total token count makes the accumulated sum the mean.
             loss = action_nll(self.policy.model, batch).sum() / total_tokens
