@@ -1,4 +1,4 @@
-"""ALFWorld's real engine (textworld's PDDL engine + fast-downward), resettable without re-translating.
+"""ALFWorld's engine (textworld's PDDL engine + fast-downward), reset without re-translating.
 
 textworld's `PddlEnv` translates the game's PDDL to SAS+ (fast-downward's `pddl2sas`, twice:
 once for play, once for the planner) every time it loads *and* every time it resets, and

@@ -24,7 +24,7 @@ pick-two tasks, and `AlfredTWEnv.init_env` passes the expert type into the wrong
 from __future__ import annotations
 
 import warnings
-from typing import Any
+from typing import Any, ClassVar
 
 import gymnasium as gym
 from textworld.logic import Proposition
@@ -62,7 +62,7 @@ class ALFWorldEnv(gym.Env):
             `num_train_games` / `num_eval_games`.
     """
 
-    metadata = {"render_modes": []}
+    metadata: ClassVar[dict[str, list[str]]] = {"render_modes": []}
 
     def __init__(
         self,

@@ -124,7 +124,8 @@ def _thor_id(rng: random.Random, type_name: str, used: set[str]) -> str:
 def _location(rng: random.Random, used: set[str]) -> str:
     """A unique navigation point `loc|x|z|rotation|horizon` (grid units, as ALFRED)."""
     while True:
-        loc = f"loc|{rng.randint(-12, 12)}|{rng.randint(-12, 12)}|{rng.randint(0, 3)}|{rng.choice((0, 30, 45, 60))}"
+        x, z = rng.randint(-12, 12), rng.randint(-12, 12)
+        loc = f"loc|{x}|{z}|{rng.randint(0, 3)}|{rng.choice((0, 30, 45, 60))}"
         if loc not in used:
             used.add(loc)
             return loc
@@ -318,7 +319,8 @@ def game_folder_name(draft: GameDraft, seed: int) -> str:
     """ALFRED's folder naming: `<task>-<Obj>-<Toggle>-<Recep>-<scene>/trial_<id>`."""
     toggle = draft.toggle_target or "None"
     parent = draft.parent_target or "None"
-    return f"{draft.task_type}-{draft.object_target}-{toggle}-{parent}-{draft.scene_num}/trial_{seed:08d}"
+    name = f"{draft.task_type}-{draft.object_target}-{toggle}-{parent}-{draft.scene_num}"
+    return f"{name}/trial_{seed:08d}"
 
 
 def solve(game_path: Path, engine: AlfredEngine) -> list[str]:
