@@ -1,0 +1,199 @@
+"""HCAPO, HP-RLVR and the scoring engine: hand-computed oracles on the `tiny` model."""
+
+import copy
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from agents.models import build_tiny
+from credit.hcapo import HCAPO, HCAPOSeed, self_normalised_ratio
+from credit.hp_rlvr import HPRLVR, divergence_weights
+from credit.scoring import (
+    TeacherForced,
+    causal_view,
+    jensen_shannon,
+    score_divergence,
+    score_logprobs,
+)
+from tests.credit_cases import scripted_trajectory, tokenised
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    torch.set_num_threads(1)
+    return build_tiny()
+
+
+# --- scoring engine -------------------------------------------------------------------
+
+
+def test_batched_scoring_equals_one_full_forward_per_sequence(tiny):
+    views = [
+        TeacherForced(tuple(range(5, 5 + p)), tuple(range(40, 40 + a)))
+        for p, a in [(30, 4), (7, 9), (18, 1), (3, 0), (12, 6)]
+    ]
+    # A tiny budget forces one row per chunk; a large one puts all rows in one chunk.
+    for budget in (1, 1 << 30):
+        batched = score_logprobs(tiny, views, memory_budget_bytes=budget)
+        for view, scores in zip(views, batched, strict=True):
+            ids = torch.tensor([view.context_ids + view.action_ids])
+            with torch.no_grad():
+                log_probs = torch.log_softmax(tiny.model(input_ids=ids).logits[0], -1)
+            p = len(view.context_ids)
+            expected = [log_probs[p + j - 1, y].item() for j, y in enumerate(view.action_ids)]
+            np.testing.assert_allclose(scores, expected, atol=1e-5)
+
+
+def test_scoring_restores_training_mode(tiny):
+    model = copy.deepcopy(tiny)
+    model.model.train()
+    score_logprobs(model, [TeacherForced((1, 2, 3), (4, 5))])
+    assert model.model.training
+
+
+def test_scoring_works_on_a_lora_wrapped_model(tiny):
+    from peft import LoraConfig, get_peft_model
+
+    base = copy.deepcopy(tiny)
+    wrapped = get_peft_model(base.model, LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
+    torch.manual_seed(1)
+    for name, parameter in wrapped.named_parameters():
+        if "lora_B" in name:  # fresh adapters are zero; make them change the output
+            parameter.data.normal_(0.0, 0.5)
+    lora = type(tiny)(name="tiny-lora", model=wrapped, tokenizer=tiny.tokenizer)
+    view = TeacherForced((1, 2, 3, 4), (5, 6, 7))
+    with torch.no_grad():
+        logits = wrapped(input_ids=torch.tensor([view.context_ids + view.action_ids])).logits
+    log_probs = torch.log_softmax(logits[0], -1)
+    expected = [log_probs[3 + j, y].item() for j, y in enumerate(view.action_ids)]
+    scores = score_logprobs(lora, [view])[0]
+    np.testing.assert_allclose(scores, expected, atol=1e-5)
+    assert not np.allclose(scores, score_logprobs(tiny, [view])[0], atol=1e-3)
+
+
+def test_jensen_shannon_known_values():
+    p = torch.log(torch.tensor([[1.0, 0.0], [0.3, 0.7], [1.0, 0.0]]))
+    q = torch.log(torch.tensor([[0.5, 0.5], [0.3, 0.7], [0.0, 1.0]]))
+    # p=(1,0), q=(.5,.5): m=(.75,.25); JS = (.5 ln(4/3) + .25 ln(2/3) + .25 ln 2) / ln 2.
+    by_hand = (0.5 * math.log(4 / 3) + 0.25 * math.log(2 / 3) + 0.25 * math.log(2)) / math.log(2)
+    np.testing.assert_allclose(jensen_shannon(p, q).numpy(), [by_hand, 0.0, 1.0], atol=1e-6)
+
+
+def test_scoring_rejects_mismatched_views_and_too_long_sequences(tiny):
+    with pytest.raises(ValueError, match="action ids differ"):
+        score_divergence(tiny, [TeacherForced((1,), (2,))], [TeacherForced((1,), (3,))])
+    too_long = TeacherForced(tuple([1] * 9000), (2,))
+    with pytest.raises(ValueError, match="positions"):
+        score_logprobs(tiny, [too_long])
+
+
+# --- HCAPO ----------------------------------------------------------------------------
+
+
+def test_hcapo_ratio_is_self_normalised_then_clipped_by_hand():
+    # Mean token log-probs -1 and -11, T_temp 5: pi_hind = e^-0.2, e^-2.2.
+    rho = self_normalised_ratio([np.array([-1.0, -1.0]), np.array([-11.0])], [], 5.0)
+    mean = (math.exp(-0.2) + math.exp(-2.2)) / 2
+    np.testing.assert_allclose(rho, [math.exp(-0.2) / mean, math.exp(-2.2) / mean])
+    assert np.clip(rho, 0.8, 1.2).tolist() == [1.2, 0.8]
+
+
+def test_hcapo_with_unit_ratio_matches_hand_values(tiny):
+    # clip (1, 1) pins rho = 1, so Q = gamma^(T-t) R is known without the model.
+    batch = [
+        scripted_trajectory("g", [0.0, 1.0], True),
+        scripted_trajectory("g", [0.0], False),
+    ]
+    output = HCAPO(tiny, clip=(1.0, 1.0))(batch)
+    q = np.array([0.95, 1.0, 0.0])
+    micro = (q - q.mean()) / q.std(ddof=1)
+    macro = 0.5 / math.sqrt(0.5)
+    np.testing.assert_allclose(output.step_advantages[0], macro + micro[:2], rtol=1e-5)
+    np.testing.assert_allclose(output.step_advantages[1], -macro + micro[2:], rtol=1e-5)
+    # Only the success is scored: a failure's Q is 0 whatever rho is.
+    assert output.metrics["num_hindsight_steps"] == 2.0
+
+
+def test_hcapo_do_no_harm_zeroes_negative_micro_in_successes(tiny):
+    batch = [scripted_trajectory("g", [0.0, 0.0, 1.0], True) for _ in range(2)]
+    batch.append(scripted_trajectory("g", [0.0, 1.0], True))
+    # All returns equal: macro = 0, so the advantage is the micro term alone.
+    harmful = HCAPO(tiny, do_no_harm=False)(batch)
+    assert np.concatenate(harmful.step_advantages).min() < 0
+    safe = HCAPO(tiny)(batch)
+    for unsafe_values, values in zip(harmful.step_advantages, safe.step_advantages, strict=True):
+        np.testing.assert_allclose(values, np.maximum(unsafe_values, 0.0), atol=1e-6)
+
+
+def test_hcapo_ratio_stays_in_the_clip_range(tiny):
+    success = tokenised(scripted_trajectory("g", [0.0, 0.0, 1.0], True), tiny)
+    q_values, stats = HCAPO(tiny).hindsight_q([success])
+    rho = q_values[0] / (0.95 ** np.arange(2, -1, -1))
+    assert np.all((rho >= 0.8 - 1e-9) & (rho <= 1.2 + 1e-9))
+    assert 0.8 <= stats["mean_rho"] <= 1.2
+
+
+def test_hcapo_seed_variant_uses_return_to_go_and_its_weights(tiny):
+    batch = [scripted_trajectory("g", [0.0, 1.0], True), scripted_trajectory("g", [0.0], False)]
+    seed = HCAPOSeed(tiny)
+    assert (seed.macro_weight, seed.omega, seed.variant) == (0.6, 0.4, "seed")
+    q_values, _ = seed.hindsight_q(batch)
+    rho = q_values[0] / np.array([0.95, 1.0])
+    assert np.all((rho >= math.exp(-5)) & (rho <= math.exp(5)))
+
+
+# --- HP-RLVR --------------------------------------------------------------------------
+
+
+def test_identical_views_give_zero_divergence_and_zero_weight(tiny):
+    trajectory = tokenised(scripted_trajectory("g", [0.0, 1.0], True), tiny)
+    views = [causal_view(tiny.tokenizer, trajectory, t) for t in range(2)]
+    scores = score_divergence(tiny, views, views)
+    divergences = [s.jsd for s in scores]
+    assert max(float(d.max()) for d in divergences) < 1e-6
+    weights = divergence_weights([np.zeros(3), np.zeros(2)], normalise=True, max_weight=5.0)
+    assert all(not np.any(w) for w in weights)
+
+
+def test_divergence_weights_are_mean_normalised_and_capped():
+    weights = divergence_weights([np.array([0.1, 0.3]), np.array([0.0])], True, max_weight=2.0)
+    # mean d = 0.4 / 3; 0.1 / mean = 0.75, 0.3 / mean = 2.25 -> capped at 2.
+    np.testing.assert_allclose(weights[0], [0.75, 2.0])
+    np.testing.assert_allclose(weights[1], [0.0])
+
+
+def test_hp_rlvr_sign_follows_reward_minus_baseline_and_failures_get_credit(tiny):
+    success = tokenised(scripted_trajectory("a", [0.0, 1.0], True, task_id="t1"), tiny)
+    failure = tokenised(scripted_trajectory("b", [0.0, 0.0], False, task_id="t2"), tiny)
+    module = HPRLVR(tiny, initial_baseline=0.5)
+    output = module([success, failure])
+    success_credit = np.concatenate(output.token_advantages[0])
+    failure_credit = np.concatenate(output.token_advantages[1])
+    assert success_credit.min() >= 0 and success_credit.max() > 0
+    assert failure_credit.max() <= 0 and failure_credit.min() < 0
+    # Bounded: |A| <= max_weight * |R - b|.
+    assert np.abs(np.concatenate([success_credit, failure_credit])).max() <= 5.0 * 0.5 + 1e-6
+    # JSD over the full vocabulary is in [0, 1].
+    assert 0.0 < output.metrics["mean_jsd"] <= 1.0
+
+
+def test_hp_rlvr_baseline_is_an_ema_kept_across_batches_and_checkpointed(tiny):
+    module = HPRLVR(tiny, baseline_momentum=0.9)
+    batch = [
+        scripted_trajectory("a", [1.0], True, task_id="t1"),
+        scripted_trajectory("b", [0.0], False, task_id="t2"),
+    ]
+    module(batch)
+    assert module.global_baseline == pytest.approx(0.9 * 0.0 + 0.1 * 0.5)
+    assert module.task_baselines == {"creditgym/SysDiag-v0/t1": 1.0, "creditgym/SysDiag-v0/t2": 0.0}
+    module([scripted_trajectory("a", [0.0], False, task_id="t1")])
+    assert module.task_baselines["creditgym/SysDiag-v0/t1"] == pytest.approx(0.9)
+    restored = HPRLVR(tiny)
+    restored.load_state_dict(module.state_dict())
+    assert restored.state_dict() == module.state_dict()
+    # A seen task uses its own baseline; an unseen one the global baseline.
+    assert restored.baseline(batch[0]) == pytest.approx(0.9)
+    unseen = scripted_trajectory("c", [1.0], True, task_id="t9")
+    assert restored.baseline(unseen) == pytest.approx(module.global_baseline)
