@@ -1,0 +1,1 @@
+"""The CodeExec environment family: tasks, action language, sandbox, env."""
