@@ -84,17 +84,6 @@ class CodeRunner:
             for outcome, item in zip(report.outcomes, task.hidden_items, strict=True)
             if item.is_test
         )
-        # A failing setup statement fails the tests after it; say so on the first one.
-        for outcome, item in zip(report.outcomes, task.hidden_items, strict=True):
-            if not item.is_test and not outcome.passed:
-                first_failed = next((i for i, t in enumerate(tests) if not t.passed), None)
-                if first_failed is not None and not tests[first_failed].error:
-                    tests = (
-                        tests[:first_failed]
-                        + (TestOutcome(False, error=f"test setup failed: {outcome.error}"),)
-                        + tests[first_failed + 1 :]
-                    )
-                break
         return RunReport(report.load_error, tests, report.execution)
 
     def _execute(self, payload: dict, count: int) -> RunReport:

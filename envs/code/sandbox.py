@@ -185,7 +185,7 @@ def _libc() -> ctypes.CDLL:
 
 
 class _MountAttr(ctypes.Structure):
-    _fields_ = [  # noqa: RUF012 (ctypes layout, struct mount_attr)
+    _fields_ = [
         ("attr_set", ctypes.c_uint64),
         ("attr_clr", ctypes.c_uint64),
         ("propagation", ctypes.c_uint64),
@@ -344,7 +344,7 @@ class Sandbox:
                 env=env,
                 pass_fds=pass_fds,
                 start_new_session=True,
-                preexec_fn=_ChildSetup(self.limits, uid),  # noqa: PLW1509 (why: module doc)
+                preexec_fn=_ChildSetup(self.limits, uid),
             )
         finally:
             if report_write >= 0:
