@@ -1,0 +1,94 @@
+"""Reset and step time of `creditgym/ALFWorld-v0` against alfworld's own `AlfredTWEnv`.
+
+Both play the same games (the committed test set unless --data-dir is given) and the
+same commands (each game's stored walkthrough). `AlfredTWEnv` is built as alfworld 0.4.2
+builds it for evaluation (`init_env(batch_size=1)`, no expert wrapper), so its reset
+loads and translates the game again; ours translates a game once per process.
+Targets (issue 3): step overhead under 5 %, reset at least 3x faster.
+
+Usage: python -m benchmarks.bench_alfworld [--data-dir DIR] [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import tyro
+from alfworld.agents.environment.alfred_tw_env import AlfredTWEnv
+
+from envs.alfworld.env import ALFWorldEnv
+
+COMMITTED = Path(__file__).resolve().parent.parent / "tests" / "data" / "alfworld"
+
+
+@dataclass
+class BenchArgs:
+    """Time ALFWorld-v0 against AlfredTWEnv on the same games and commands."""
+
+    data_dir: Path = COMMITTED
+    """Folder holding json_2.1.1/."""
+    rounds: int = 3
+    """Episodes per game per env."""
+
+
+def _alfred_config(data_dir: Path) -> dict:
+    train = str(data_dir / "json_2.1.1" / "train")
+    return {
+        "env": {"goal_desc_human_anns_prob": 0, "task_types": [1, 2, 3, 4, 5, 6],
+                "domain_randomization": False, "expert_type": "planner"},
+        "dataset": {"data_path": train, "eval_id_data_path": train, "eval_ood_data_path": train,
+                    "num_train_games": -1, "num_eval_games": -1},
+        "general": {"training_method": "dqn"},
+        "rl": {"training": {"max_nb_steps_per_episode": 100}},
+    }  # fmt: skip
+
+
+def main(args: BenchArgs) -> None:
+    torch.set_num_threads(1)
+    ours = ALFWorldEnv(data_dir=str(args.data_dir))
+    theirs_factory = AlfredTWEnv(_alfred_config(args.data_dir), train_eval="train")
+    theirs = theirs_factory.init_env(batch_size=1)
+    order = {str(Path(p).resolve()): i for i, p in enumerate(theirs_factory.game_files)}
+    our_reset, our_step, their_reset, their_step = [], [], [], []
+    for game in ours.games:
+        for _ in range(args.rounds):
+            start = time.perf_counter()
+            ours.reset(options={"task_id": game.task_id})
+            our_reset.append(time.perf_counter() - start)
+            walkthrough = list(ours._engine.translation.walkthrough)
+            for command in walkthrough:
+                start = time.perf_counter()
+                ours.step(command)
+                our_step.append(time.perf_counter() - start)
+        # AlfredTWEnv cycles through its game list; reset until it serves this game.
+        target = order[str(game.game_file.resolve())]
+        for _ in range(args.rounds):
+            while True:
+                start = time.perf_counter()
+                _, infos = theirs.reset()
+                elapsed = time.perf_counter() - start
+                if order[str(Path(infos["extra.gamefile"][0]).resolve())] == target:
+                    break
+            their_reset.append(elapsed)
+            for command in walkthrough:
+                start = time.perf_counter()
+                theirs.step([command])
+                their_step.append(time.perf_counter() - start)
+    theirs.close()
+    reset_ratio = statistics.mean(their_reset) / statistics.mean(our_reset)
+    step_overhead = statistics.mean(our_step) / statistics.mean(their_step) - 1
+    print(f"games: {len(ours.games)}, rounds: {args.rounds}, steps timed: {len(our_step)}")
+    print(f"reset  ALFWorld-v0 {1e3 * statistics.mean(our_reset):8.1f} ms   "
+          f"AlfredTWEnv {1e3 * statistics.mean(their_reset):8.1f} ms   "
+          f"speed-up {reset_ratio:.2f}x (target >= 3x)")  # fmt: skip
+    print(f"step   ALFWorld-v0 {1e3 * statistics.mean(our_step):8.1f} ms   "
+          f"AlfredTWEnv {1e3 * statistics.mean(their_step):8.1f} ms   "
+          f"overhead {100 * step_overhead:+.1f} % (target < 5 %)")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main(tyro.cli(BenchArgs))
