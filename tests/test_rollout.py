@@ -1,0 +1,89 @@
+"""The batched multi-process rollout engine: agreement with play_episode, groups, faults."""
+
+import gymnasium as gym
+import pytest
+
+import tests.rollout_envs  # noqa: F401  (registers Corridor-v0 in this process)
+from agents.base import ExpertAgent, RandomAgent
+from agents.episode import play_episode
+from agents.rollout import collect
+from tests.registry_kwargs import REGISTRY_KWARGS
+
+CORRIDOR = "tests.rollout_envs:Corridor-v0"
+
+
+def test_expert_rollouts_equal_play_episode_and_share_groups():
+    seeds = [3, 4, 5]
+    trajectories, stats = collect(
+        CORRIDOR, ExpertAgent(), seeds, group_size=2, num_envs=3, progress=False
+    )
+    assert len(trajectories) == 6 and stats.num_trajectories == 6 and not stats.dropped
+    assert [t.seed for t in trajectories] == [3, 3, 4, 4, 5, 5]
+    env = gym.make(CORRIDOR)
+    for trajectory in trajectories:
+        reference = play_episode(env, ExpertAgent(), trajectory.seed, group_id=trajectory.group_id)
+        assert trajectory == reference
+    groups = [t.group_id for t in trajectories]
+    assert groups[0] == groups[1] != groups[2] == groups[3] != groups[4] == groups[5]
+    assert stats.num_steps == sum(t.length for t in trajectories)
+    assert stats.tokens_generated == 0 and stats.valid_action_ratio == 1.0
+
+
+def test_random_agent_uses_the_same_path_and_counts_truncation():
+    trajectories, stats = collect(
+        CORRIDOR, RandomAgent(seed=1), [0, 1], group_size=2, num_envs=2, progress=False
+    )
+    assert stats.num_trajectories == 4
+    for trajectory in trajectories:
+        assert trajectory.terminated or trajectory.truncated
+        assert trajectory.success == trajectory.terminated
+        assert all(s.action in s.admissible_commands for s in trajectory.steps)
+    assert stats.valid_action_ratio == 1.0
+
+
+@pytest.mark.parametrize(
+    ("fault", "reason"),
+    [("raise", "RuntimeError: simulated env crash"), ("exit", "worker died"), ("hang", "timeout")],
+)
+def test_broken_env_drops_only_its_episodes(fault, reason, caplog):
+    trajectories, stats = collect(
+        CORRIDOR,
+        ExpertAgent(),
+        [1, 2, 3],
+        group_size=2,
+        num_envs=3,
+        env_kwargs={"fault": fault, "fault_seed": 2},
+        step_timeout_s=2.0,
+        progress=False,
+    )
+    assert [t.seed for t in trajectories] == [1, 1, 3, 3]
+    assert all(t.success for t in trajectories)
+    assert len(stats.dropped) == 2 and all(reason in line for line in stats.dropped)
+    assert stats.num_episodes == 6 and stats.num_trajectories == 4
+    assert "dropped episode" in caplog.text
+
+
+def test_unknown_env_is_a_clear_error():
+    with pytest.raises(ValueError, match="registered: .*creditgym/SysDiag-v0"):
+        collect("creditgym/NoSuchEnv-v0", ExpertAgent(), [0], progress=False)
+
+
+def test_bad_arguments_are_clear_errors():
+    with pytest.raises(ValueError, match="group_size"):
+        collect(CORRIDOR, ExpertAgent(), [0], group_size=0, progress=False)
+    with pytest.raises(ValueError, match="options"):
+        collect(CORRIDOR, ExpertAgent(), [0, 1], options=[None], progress=False)
+
+
+def test_alfworld_expert_rollouts_equal_play_episode():
+    env_id = "creditgym/ALFWorld-v0"
+    kwargs = REGISTRY_KWARGS[env_id]
+    trajectories, stats = collect(
+        env_id, ExpertAgent(), [0, 1], num_envs=2, env_kwargs=kwargs, progress=False
+    )
+    assert stats.num_trajectories == 2 and all(t.success for t in trajectories)
+    env = gym.make(env_id, **kwargs)
+    for trajectory in trajectories:
+        assert trajectory == play_episode(
+            env, ExpertAgent(), trajectory.seed, group_id=trajectory.group_id
+        )
