@@ -1,0 +1,225 @@
+"""Credit quality: do a module's highest-credited steps match the env's ground-truth key steps?
+
+Seed file 001, section 6.4 proposes "key-action identification accuracy" (REFERENCES 1.7);
+no anchor paper reports it. Environments that label `key_step` (SysDiag: the step revealed
+the root cause or fixed it; ALFWorld: the step made a goal-relevant fact true) make it
+measurable:
+
+- AUROC: within one trajectory, the probability that a key step gets more credit than a
+  non-key step (ties count 1/2), averaged over trajectories that have both kinds of step,
+  separately for successful and failed trajectories. 0.5 = no information (GRPO gives
+  every step of a trajectory the same value, so exactly 0.5).
+- AUROC |credit|: the same on the magnitude, for modules (HP-RLVR) whose sign comes from
+  the outcome and whose magnitude marks where the outcome was decided.
+- P@k: precision of the k top-credited steps of a trajectory, k = its number of key steps
+  (R-precision), ties broken uniformly at random in expectation; `chance` is the fraction
+  of key steps, what a random ranking gets.
+
+Trajectories come from a mix of scripted agents so that there are successes and failures:
+the expert, noisy experts (a random admissible action with probability `noise`), and a
+random agent, all on the same tasks (one group per task, as GRPO and GiGPO expect).
+
+    python -m credit.evaluate --env sysdiag --credit all --model tiny --episodes 32
+"""
+
+from __future__ import annotations
+
+import inspect
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import gymnasium as gym
+import numpy as np
+import torch
+import tyro
+
+import envs
+from agents.base import AgentAction, AgentInput, ExpertAgent, RandomAgent
+from agents.episode import play_episode
+from agents.models import LoadedModel, ModelUnavailableError, load_model
+from agents.trajectory import Trajectory
+from credit import REGISTRY, resolve
+from credit.base import CreditOutput
+
+
+@dataclass(frozen=True)
+class EvaluateArgs:
+    """Measure how well each credit module's per-step credit finds the key steps."""
+
+    env: str = "sysdiag"
+    """environment: a short name (sysdiag, alfworld) or a registered id"""
+    credit: str = "all"
+    """comma-separated credit module names or `module:Class` paths, or `all`"""
+    model: str = "tiny"
+    """policy model that scores hindsight views (HCAPO, HP-RLVR): tiny, smollm2-135m, or a path"""
+    episodes: int = 32
+    """number of episodes to collect (rounded up to whole groups)"""
+    group_size: int = 4
+    """rollouts per task; the agents cycle through expert, noisy experts and random"""
+    noise: float = 0.3
+    """probability that a noisy expert takes a random admissible action (the second noisy
+    expert uses twice this, capped at 1)"""
+    seed: int = 0
+    """base seed: task g is played with seed `seed + g`"""
+
+
+class NoisyExpertAgent:
+    """The env's expert, except that with probability `noise` it takes a random admissible
+    action (or `look` when none is offered): mistakes that still often end in success."""
+
+    def __init__(self, noise: float, seed: int = 0) -> None:
+        if not 0.0 <= noise <= 1.0:
+            raise ValueError(f"noise must be in [0, 1], got {noise}")
+        self.noise = noise
+        self.name = f"noisy_expert_{noise:g}"
+        self.rng = random.Random(seed)
+        self.expert = ExpertAgent()
+
+    def act(self, inputs: Sequence[AgentInput]) -> list[AgentAction]:
+        actions = []
+        for agent_input, expert_action in zip(inputs, self.expert.act(inputs), strict=True):
+            if self.rng.random() < self.noise:
+                action = self.rng.choice(agent_input.admissible_commands or ("look",))
+                actions.append(AgentAction(action=action, response_text=action))
+            else:
+                actions.append(expert_action)
+        return actions
+
+
+def collect(args: EvaluateArgs) -> list[Trajectory]:
+    """Play `episodes` episodes (whole groups of `group_size` on the same task seed)."""
+    env_id = envs.SHORT_NAMES.get(args.env, args.env)
+    env = gym.make(env_id)
+    agents = [
+        ExpertAgent(),
+        NoisyExpertAgent(args.noise, seed=args.seed),
+        NoisyExpertAgent(min(1.0, 2 * args.noise), seed=args.seed + 1),
+        RandomAgent(seed=args.seed),
+    ]
+    num_groups = -(-args.episodes // args.group_size)
+    trajectories = []
+    for g in range(num_groups):
+        task_seed = args.seed + g
+        for r in range(args.group_size):
+            agent = agents[r % len(agents)]
+            trajectory = play_episode(env, agent, seed=task_seed, group_id=f"{env_id}/{task_seed}")
+            trajectories.append(trajectory)
+    env.close()
+    return trajectories
+
+
+def auroc(scores: np.ndarray, labels: np.ndarray) -> float:
+    """P(score of a positive > score of a negative), ties 1/2 (Mann-Whitney U / n1 n0).
+
+    Args:
+        scores: [T] credit values. labels: [T] bool, both classes present.
+    """
+    positives, negatives = scores[labels], scores[~labels]
+    greater = (positives[:, None] > negatives[None, :]).sum()
+    ties = (positives[:, None] == negatives[None, :]).sum()
+    return float((greater + 0.5 * ties) / (positives.size * negatives.size))
+
+
+def precision_at_k(scores: np.ndarray, labels: np.ndarray, k: int) -> float:
+    """Expected fraction of key steps among the k top-scored, ties broken at random."""
+    threshold = np.sort(scores)[::-1][k - 1]
+    above = scores > threshold
+    at = scores == threshold
+    slots_at_threshold = k - int(above.sum())
+    expected_keys = labels[above].sum() + slots_at_threshold * labels[at].mean()
+    return float(expected_keys / k)
+
+
+@dataclass(frozen=True)
+class QualityRow:
+    """Credit-quality figures over one set of trajectories (successful or failed)."""
+
+    trajectories: int
+    ranked: int
+    auroc: float
+    auroc_magnitude: float
+    precision: float
+    chance: float
+
+
+def credit_quality(
+    trajectories: Sequence[Trajectory], output: CreditOutput
+) -> dict[str, QualityRow]:
+    """Per outcome ("success", "failure"), the mean per-trajectory AUROC and P@k.
+
+    Only trajectories with at least one key step and one non-key step are ranked; figures
+    are NaN when none is.
+    """
+    rows = {}
+    for outcome, wanted in (("success", True), ("failure", False)):
+        aurocs, magnitudes, precisions, chances = [], [], [], []
+        chosen = [i for i, traj in enumerate(trajectories) if traj.success == wanted]
+        for i in chosen:
+            labels = np.array([step.key_step for step in trajectories[i].steps], dtype=bool)
+            if labels.all() or not labels.any():
+                continue
+            scores = output.step_advantages[i].astype(np.float64)
+            aurocs.append(auroc(scores, labels))
+            magnitudes.append(auroc(np.abs(scores), labels))
+            precisions.append(precision_at_k(scores, labels, int(labels.sum())))
+            chances.append(labels.mean())
+        rows[outcome] = QualityRow(
+            trajectories=len(chosen),
+            ranked=len(aurocs),
+            auroc=float(np.mean(aurocs)) if aurocs else float("nan"),
+            auroc_magnitude=float(np.mean(magnitudes)) if magnitudes else float("nan"),
+            precision=float(np.mean(precisions)) if precisions else float("nan"),
+            chance=float(np.mean(chances)) if chances else float("nan"),
+        )
+    return rows
+
+
+def build_module(name: str, model: LoadedModel | None) -> object:
+    """Instantiate a credit module by name; those whose constructor takes `model` get it."""
+    cls = resolve(name)
+    if "model" in inspect.signature(cls).parameters:
+        if model is None:
+            raise ValueError(f"credit module {name!r} needs a model")
+        return cls(model)
+    return cls()
+
+
+def format_table(name: str, rows: dict[str, QualityRow]) -> str:
+    header = (
+        f"{'outcome':<8} {'trajs':>5} {'ranked':>6} {'AUROC':>6} {'AUROC|c|':>8} "
+        f"{'P@k':>6} {'chance':>6}"
+    )
+    lines = [f"== {name}", header]
+    for outcome, row in rows.items():
+        lines.append(
+            f"{outcome:<8} {row.trajectories:>5} {row.ranked:>6} {row.auroc:>6.3f} "
+            f"{row.auroc_magnitude:>8.3f} {row.precision:>6.3f} {row.chance:>6.3f}"
+        )
+    return "\n".join(lines)
+
+
+def main(args: EvaluateArgs) -> None:
+    torch.set_num_threads(1)
+    names = sorted(REGISTRY) if args.credit == "all" else args.credit.split(",")
+    try:
+        classes = [resolve(name) for name in names]
+        needs_model = any("model" in inspect.signature(cls).parameters for cls in classes)
+        model = load_model(args.model) if needs_model else None
+        trajectories = collect(args)
+    except (KeyError, ValueError, gym.error.Error, ModelUnavailableError) as error:
+        raise SystemExit(f"credit.evaluate: {error}") from error
+    successes = sum(traj.success for traj in trajectories)
+    print(
+        f"{len(trajectories)} trajectories on {args.env} ({successes} successful), "
+        f"{sum(traj.length for traj in trajectories)} steps, "
+        f"{sum(step.key_step for traj in trajectories for step in traj.steps)} key steps; "
+        f"model {args.model}"
+    )
+    for name in names:
+        output = build_module(name, model)(trajectories)
+        print(format_table(name, credit_quality(trajectories, output)))
+
+
+if __name__ == "__main__":
+    main(tyro.cli(EvaluateArgs))
