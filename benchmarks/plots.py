@@ -27,8 +27,6 @@ from benchmarks import records
 
 SUCCESS_METRIC = "rollout/success_rate"
 ZERO_GRAD_METRIC = "charts/grad_norm_is_zero"
-# Per-step phase times the trainer logs; their running sum is the run's training clock.
-TIME_PREFIX = "time/"
 
 
 def method_name(run: records.RunData) -> str:
@@ -41,9 +39,7 @@ def curves(
     """env -> method -> [(step, wall seconds, success)] averaged over seeds per step."""
     points: dict[tuple[str, str, int], list[tuple[float, float]]] = defaultdict(list)
     for run in runs:
-        wall = 0.0
-        for record in run.metrics:
-            wall += sum(v for k, v in record.items() if k.startswith(TIME_PREFIX))
+        for record, wall in zip(run.metrics, records.training_clock(run.metrics), strict=True):
             if SUCCESS_METRIC in record:
                 key = (run.env, method_name(run), int(record["step"]))
                 points[key].append((wall, float(record[SUCCESS_METRIC])))

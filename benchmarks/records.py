@@ -25,7 +25,7 @@ import os
 import platform
 import subprocess
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from importlib import metadata
 from pathlib import Path
@@ -110,6 +110,7 @@ def atomic_write_text(path: Path, text: str) -> None:
             handle.write(text)
             handle.flush()
             os.fsync(handle.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp creates 0600; results are meant to be shared
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -258,6 +259,29 @@ METHOD_FIELDS = ("model", "trainer", "credit", "group_size", "steps")
 def method_key(config: Mapping[str, Any]) -> tuple[Any, ...]:
     """Leaderboard row of a run: (model, trainer, credit, group size, optimiser steps)."""
     return tuple(config[f"method_{name}"] for name in METHOD_FIELDS)
+
+
+def training_clock(metrics: Sequence[Mapping[str, Any]]) -> list[float]:
+    """Cumulative training seconds at each metrics record (one record per optimiser step).
+
+    Trainers log `time/rollout_s` and `time/credit_s` once per iteration, repeated on each
+    of its optimiser steps, and `time/train_s` per step; count the first once per iteration.
+    """
+    clock, seen, elapsed = [], set(), 0.0
+    for record in metrics:
+        iteration = record.get("iteration")
+        if iteration not in seen:
+            seen.add(iteration)
+            elapsed += record.get("time/rollout_s", 0.0) + record.get("time/credit_s", 0.0)
+        elapsed += record.get("time/train_s", 0.0)
+        clock.append(elapsed)
+    return clock
+
+
+def rollouts_used(metrics: Sequence[Mapping[str, Any]]) -> int:
+    """Training trajectories collected: `rollout/num_trajectories` once per iteration."""
+    per_iteration = {r.get("iteration"): r.get("rollout/num_trajectories", 0.0) for r in metrics}
+    return int(sum(per_iteration.values()))
 
 
 def load_runs(root: Path) -> list[RunData]:

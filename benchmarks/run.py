@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import inspect
 import json
 import math
 import os
 import re
 import sys
 import tempfile
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,14 +29,17 @@ from typing import Any, Literal
 
 import gymnasium as gym
 import tyro
+from peft import PeftModel
 from tqdm import tqdm
 
 import envs
 from agents.base import Agent, ExpertAgent, RandomAgent
 from agents.episode import play_episode
+from agents.models import LoadedModel
 from agents.trajectory import Trajectory
 from benchmarks import records
-from benchmarks.cli import UsageError, exit_on_usage_error, lookup
+from benchmarks.cli import UsageError, exit_on_usage_error, lookup, suggest
+from credit.base import CreditModule
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -60,10 +63,22 @@ class RunConfig:
     scripted agent (expert, random)."""
     trainer: str = "policy_gradient"
     """Trainer used when --credit is not `none`; `eval-only` skips training."""
-    group_size: int = 8
-    """Rollouts per task in one optimiser step (G)."""
+    group_size: int | None = None
+    """Rollouts per task in one optimiser step (G); unset = the method's own choice: 1 for
+    hp_rlvr (single rollout, its paper), 8 otherwise (GRPO / GiGPO / HCAPO papers)."""
     steps: int = 2
-    """Optimiser steps."""
+    """Optimiser steps (policy_gradient: iterations of rollout -> credit -> update;
+    sft: rounds)."""
+    tasks_per_step: int = 2
+    """Tasks per training iteration at G = 8 (hp_rlvr at G = 1 gets 8x as many tasks, so
+    every method uses the same number of rollouts)."""
+    learning_rate: float = 1e-5
+    """AdamW learning rate of the trainer."""
+    constrained: bool = True
+    """Constrained decoding: the policy can only emit an admissible command (lets an
+    untrained small model act validly from the first step)."""
+    max_new_tokens: int = 48
+    """Longest policy response per step, in tokens."""
     eval_episodes: int = 8
     """Evaluation episodes per split (the same tasks for every method and seed)."""
     split: str = "all"
@@ -96,8 +111,11 @@ PRESETS: dict[str, dict[str, Any]] = {
     # GiGPO Table 1 / HCAPO setup (REFERENCES.md section 2): G = 8, 150 iterations,
     # 50-step episodes, validation temperature 0.4.
     "paper": {
-        "group_size": 8,
         "steps": 150,
+        "tasks_per_step": 16,
+        "learning_rate": 1e-6,
+        "max_new_tokens": 512,
+        "constrained": False,
         "eval_episodes": 128,
         "max_episode_steps": 50,
         "eval_temperature": 0.4,
@@ -146,6 +164,57 @@ SCRIPTED_AGENTS: dict[str, Callable[[int], Agent]] = {
 }
 NO_CREDIT = "none"
 EVAL_ONLY = "eval-only"
+# Group size when --group-size is unset: HP-RLVR is the single-rollout method.
+DEFAULT_GROUP_SIZE = 8
+CREDIT_GROUP_SIZE: dict[str, int] = {"hp_rlvr": 1}
+# Model that scores hindsight credit of scripted-agent samples (they have no policy).
+SCRIPTED_SAMPLE_SCORER = "tiny"
+# Training rollouts are sampled at temperature 1.0, as in every paper in REFERENCES.md.
+TRAIN_TEMPERATURE = 1.0
+
+
+def trainer_configs(cfg: RunConfig) -> dict[str, tuple[type, Any]]:
+    """Trainer name -> (trainer class, its config built from `cfg`)."""
+    from trainers.policy_gradient import PolicyGradientConfig, PolicyGradientTrainer
+    from trainers.sft import CreditFilteredSFTTrainer, SFTConfig
+
+    size = group_size(cfg)
+    return {
+        "policy_gradient": (
+            PolicyGradientTrainer,
+            PolicyGradientConfig(
+                steps=cfg.steps,
+                group_size=size,
+                tasks_per_step=cfg.tasks_per_step,
+                # Fewer rollouts than environments would leave workers idle.
+                num_envs=min(8, cfg.tasks_per_step * DEFAULT_GROUP_SIZE),
+                learning_rate=cfg.learning_rate,
+                seed=cfg.seed,
+                checkpoint_every=1,
+                resume=True,
+            ),
+        ),
+        "sft": (
+            CreditFilteredSFTTrainer,
+            SFTConfig(
+                rounds=cfg.steps,
+                num_tasks=cfg.tasks_per_step,
+                group_size=size,
+                num_envs=min(8, cfg.tasks_per_step * size),
+                seed=cfg.seed,
+                resume=True,
+            ),
+        ),
+    }
+
+
+TRAINER_NAMES = ("policy_gradient", "sft", EVAL_ONLY)
+
+
+def group_size(cfg: RunConfig) -> int:
+    if cfg.group_size is not None:
+        return cfg.group_size
+    return CREDIT_GROUP_SIZE.get(cfg.credit, DEFAULT_GROUP_SIZE)
 
 
 def env_id_for(name: str) -> str:
@@ -177,7 +246,7 @@ def method_fields(cfg: RunConfig) -> dict[str, Any]:
         "model": cfg.model,
         "trainer": cfg.trainer,
         "credit": cfg.credit,
-        "group_size": cfg.group_size,
+        "group_size": group_size(cfg),
         "steps": cfg.steps,
     }
 
@@ -200,9 +269,10 @@ def run_name(cfg: RunConfig) -> str:
         if key not in NON_IDENTITY_FIELDS
     }
     identity["env"] = env_id_for(cfg.env)
+    identity["group_size"] = group_size(cfg)
     digest = hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()
     what = (
-        f"{cfg.trainer}-{cfg.credit}-G{cfg.group_size}-{cfg.steps}steps"
+        f"{cfg.trainer}-{cfg.credit}-G{group_size(cfg)}-{cfg.steps}steps"
         if trains(cfg)
         else EVAL_ONLY
     )
@@ -259,23 +329,99 @@ def eval_splits(cfg: RunConfig, env_id: str) -> tuple[EvalSplit, ...]:
     return (lookup(f"split of {env_id}", cfg.split, {s.name: s for s in splits}),)
 
 
+def credit_names() -> dict[str, str]:
+    """Every valid --credit value (the credit registry plus `none`)."""
+    import credit
+
+    return {NO_CREDIT: NO_CREDIT, **{name: name for name in credit.REGISTRY}}
+
+
 def validate(cfg: RunConfig) -> None:
     """Check every name and path before any work starts (one clear line per problem)."""
     env_id = env_id_for(cfg.env)
     eval_splits(cfg, env_id)
-    if cfg.eval_episodes < 0 or cfg.steps < 0 or cfg.group_size < 1:
+    if ":" not in cfg.credit:  # `package.module:Class` is imported when training starts
+        lookup("credit module", cfg.credit, credit_names())
+    lookup("trainer", cfg.trainer, {name: name for name in TRAINER_NAMES})
+    if cfg.eval_episodes < 0 or cfg.steps < 0 or group_size(cfg) < 1:
         raise UsageError("--eval-episodes and --steps must be >= 0 and --group-size >= 1")
     if cfg.model in SCRIPTED_AGENTS and trains(cfg):
         raise UsageError(
             f"--model {cfg.model} is a scripted agent and cannot be trained; "
             f"use --credit {NO_CREDIT} to evaluate it"
         )
-    if cfg.model not in SCRIPTED_AGENTS:
-        raise UsageError(
-            f"unknown model {cfg.model!r}; LLM policies are not available yet; "
-            f"scripted agents: {', '.join(SCRIPTED_AGENTS)}"
-        )
     check_out_writable(cfg.out)
+
+
+def load_policy(name: str, device: str) -> LoadedModel:
+    """`agents.models.load_model` with its one-line error as a UsageError + suggestions."""
+    from agents.models import MODELS, ModelUnavailableError, load_model
+
+    try:
+        return load_model(name, device=device)
+    except ModelUnavailableError as error:
+        raise UsageError(f"{error}.{suggest(name, [*MODELS, *SCRIPTED_AGENTS])}") from error
+
+
+def load_trained_policy(base: LoadedModel, final_dir: Path, device: str) -> LoadedModel:
+    """The policy a finished training exported: a LoRA adapter over `base`, or a whole
+    fine-tuned model (the trainers export one or the other)."""
+    if (final_dir / "adapter_config.json").is_file():
+        model = PeftModel.from_pretrained(base.model, str(final_dir)).to(device)
+    else:
+        model = load_policy(str(final_dir.resolve()), device).model
+    model.eval()
+    return LoadedModel(name=base.name, model=model, tokenizer=base.tokenizer)
+
+
+def build_credit(name: str, policy: LoadedModel | None) -> CreditModule:
+    """Instantiate a credit module; modules that score with a model get `policy`."""
+    import credit
+
+    try:
+        cls = credit.resolve(name)
+    except KeyError as error:
+        raise UsageError(str(error.args[0])) from error
+    if "model" in inspect.signature(cls).parameters:  # HCAPO, HP-RLVR: hindsight scoring
+        if policy is None:
+            raise UsageError(f"credit module {name} needs a policy model")
+        return cls(policy)
+    return cls()
+
+
+def train(cfg: RunConfig, env_id: str, run_dir: Path, policy: LoadedModel) -> LoadedModel:
+    """Train (or resume training of) the policy; writes metrics.jsonl and training.json.
+
+    The trainer checkpoints every iteration into `run_dir/checkpoints/`, so a killed run
+    continues from its last iteration; the trained policy is exported to `run_dir/final/`.
+    """
+    trainer_cls, trainer_config = trainer_configs(cfg)[cfg.trainer]
+    from trainers.policy_gradient import AgentConfig
+
+    trainer = trainer_cls(
+        policy,
+        build_credit(cfg.credit, policy),
+        env_id,
+        env_kwargs_for(cfg, env_id, None),
+        AgentConfig(
+            temperature=TRAIN_TEMPERATURE,
+            max_new_tokens=cfg.max_new_tokens,
+            constrained=cfg.constrained,
+        ),
+        trainer_config,
+        run_dir,
+    )
+    metrics = trainer.train()
+    records.atomic_write_json(
+        run_dir / records.TRAINING_FILE,
+        {
+            "optimizer_steps": len(metrics),
+            "iterations": cfg.steps,
+            "wall_seconds": records.training_clock(metrics)[-1] if metrics else 0.0,
+            "rollouts": records.rollouts_used(metrics),
+        },
+    )
+    return trainer.policy
 
 
 def prepare_run_dir(cfg: RunConfig) -> Path:
@@ -341,30 +487,161 @@ def is_finished(cfg: RunConfig) -> bool:
     return (run_dir / records.DONE_FILE).exists() and not missing_episodes(cfg, run_dir)
 
 
-def evaluate(cfg: RunConfig, env_id: str, run_dir: Path, train_step: int) -> None:
-    """Play the missing evaluation episodes of every requested split, appending each."""
+def scripted_episodes(
+    cfg: RunConfig, env: gym.Env, split: str, indices: Sequence[int]
+) -> list[tuple[int, Trajectory]]:
+    """Scripted agents play one episode at a time in-process (no model, no workers)."""
+    played = []
+    for index in indices:
+        agent = SCRIPTED_AGENTS[cfg.model](episode_agent_seed(cfg.seed, split, index))
+        played.append((index, play_episode(env, agent, seed=EVAL_SEED_BASE + index)))
+    return played
+
+
+def policy_rollouts(
+    cfg: RunConfig,
+    policy: LoadedModel,
+    env_id: str,
+    split: EvalSplit,
+    seeds: Sequence[int],
+    group_size: int,
+    temperature: float,
+    agent_seed: int,
+) -> list[Trajectory]:
+    """An LLM policy plays `group_size` episodes per seed together (batched rollouts)."""
+    from agents.llm import LLMAgent
+    from agents.rollout import collect
+
+    agent = LLMAgent(
+        policy,
+        temperature=temperature,
+        max_new_tokens=cfg.max_new_tokens,
+        constrained=cfg.constrained,
+        seed=agent_seed,
+    )
+    trajectories, _ = collect(
+        env_id,
+        agent,
+        seeds=list(seeds),
+        group_size=group_size,
+        num_envs=len(seeds) * group_size,
+        env_kwargs=env_kwargs_for(cfg, env_id, split),
+    )
+    return trajectories
+
+
+def policy_episodes(
+    cfg: RunConfig, policy: LoadedModel, env_id: str, split: EvalSplit, indices: Sequence[int]
+) -> list[tuple[int, Trajectory]]:
+    """Evaluation episodes `indices` of `split`, played as one batch."""
+    index_of_seed = {EVAL_SEED_BASE + index: index for index in indices}
+    trajectories = policy_rollouts(
+        cfg,
+        policy,
+        env_id,
+        split,
+        seeds=list(index_of_seed),
+        group_size=1,
+        temperature=cfg.eval_temperature,
+        agent_seed=episode_agent_seed(cfg.seed, split.name, indices[0]),
+    )
+    # A crashed env drops its trajectory; that episode is played again on the next run.
+    return sorted(((index_of_seed[t.seed], t) for t in trajectories), key=lambda pair: pair[0])
+
+
+def evaluate(
+    cfg: RunConfig, env_id: str, run_dir: Path, policy: LoadedModel | None, train_step: int
+) -> None:
+    """Play the missing evaluation episodes of every requested split, appending each.
+
+    Scripted agents go one episode at a time, LLM policies in batches of
+    `eval_batch_size`; every finished episode is on disk before the next batch starts.
+    """
     todo = missing_episodes(cfg, run_dir)
     method = method_label(cfg)
-    needed = {split.name: split for split, _ in todo}
-    split_envs = {
-        name: make_env(env_id, env_kwargs_for(cfg, env_id, split)) for name, split in needed.items()
-    }
-    try:
-        with (
-            records.JsonlAppender(run_dir / records.EPISODES_FILE) as sink,
-            tqdm(total=len(todo), desc="evaluate", unit="ep", disable=not todo) as progress,
-        ):
-            for split, index in todo:
-                agent = SCRIPTED_AGENTS[cfg.model](episode_agent_seed(cfg.seed, split.name, index))
-                trajectory = play_episode(
-                    split_envs[split.name], agent, seed=EVAL_SEED_BASE + index
+    batch = 1 if policy is None else cfg.eval_batch_size
+    with (
+        records.JsonlAppender(run_dir / records.EPISODES_FILE) as sink,
+        tqdm(total=len(todo), desc="evaluate", unit="ep", disable=not todo) as progress,
+    ):
+        for split in eval_splits(cfg, env_id):
+            indices = [index for s, index in todo if s.name == split.name]
+            if not indices:
+                continue
+            env = make_env(env_id, env_kwargs_for(cfg, env_id, split)) if policy is None else None
+            try:
+                for start in range(0, len(indices), batch):
+                    chunk = indices[start : start + batch]
+                    played = (
+                        scripted_episodes(cfg, env, split.name, chunk)
+                        if env is not None
+                        else policy_episodes(cfg, policy, env_id, split, chunk)
+                    )
+                    for index, trajectory in played:
+                        record = episode_record(trajectory, index, split.name, method, train_step)
+                        sink.append(record.to_dict())
+                        progress.update(1)
+            finally:
+                if env is not None:
+                    env.close()
+
+
+def write_samples(cfg: RunConfig, env_id: str, run_dir: Path, policy: LoadedModel | None) -> None:
+    """Sample trajectories with the per-step credit of every registered module.
+
+    One group of `sample_group_size` rollouts of one evaluation task, sampled at the
+    training temperature (a group, so that group-relative modules have something to
+    compare). Scripted runs have no policy to score hindsight with; `tiny` scores theirs.
+    """
+    import credit
+
+    path = run_dir / records.SAMPLES_FILE
+    if path.exists() or cfg.sample_group_size < 1:
+        return
+    split = eval_splits(cfg, env_id)[0]
+    group_id = f"{env_id}/sample"
+    if policy is None:
+        env = make_env(env_id, env_kwargs_for(cfg, env_id, split))
+        try:
+            group = [
+                play_episode(
+                    env,
+                    SCRIPTED_AGENTS[cfg.model](episode_agent_seed(cfg.seed, "sample", k)),
+                    seed=EVAL_SEED_BASE,
+                    group_id=group_id,
                 )
-                record = episode_record(trajectory, index, split.name, method, train_step)
-                sink.append(record.to_dict())
-                progress.update(1)
-    finally:
-        for env in split_envs.values():
+                for k in range(cfg.sample_group_size)
+            ]
+        finally:
             env.close()
+        scorer = load_policy(SCRIPTED_SAMPLE_SCORER, cfg.device)
+    else:
+        group = policy_rollouts(
+            cfg,
+            policy,
+            env_id,
+            split,
+            seeds=[EVAL_SEED_BASE],
+            group_size=cfg.sample_group_size,
+            temperature=TRAIN_TEMPERATURE,
+            agent_seed=episode_agent_seed(cfg.seed, "sample", 0),
+        )
+        scorer = policy
+    credit_by_module = {
+        name: build_credit(name, scorer)(group).step_advantages for name in sorted(credit.REGISTRY)
+    }
+    lines = [
+        json.dumps(
+            {
+                "trajectory": trajectory.to_dict(),
+                "credit_model": scorer.name,
+                "credit": {name: values[i].tolist() for name, values in credit_by_module.items()},
+            },
+            ensure_ascii=False,
+        )
+        for i, trajectory in enumerate(group)
+    ]
+    records.atomic_write_text(path, "".join(line + "\n" for line in lines))
 
 
 def summarize(episodes: Sequence[records.EpisodeRecord]) -> list[dict[str, Any]]:
@@ -405,19 +682,31 @@ def format_summary(run: str, method: str, rows: Sequence[Mapping[str, Any]]) -> 
 
 
 def run(cfg: RunConfig) -> Path:
-    """Validate, (train,) evaluate, write the run folder; returns it."""
+    """Validate, train (or resume), evaluate, write samples and the summary; returns the
+    run folder."""
     validate(cfg)
     env_id = env_id_for(cfg.env)
+    # Loaded before the run folder exists, so a bad model path leaves nothing behind.
+    policy = None if cfg.model in SCRIPTED_AGENTS else load_policy(cfg.model, cfg.device)
     run_dir = prepare_run_dir(cfg)
-    started = time.perf_counter()
-    train_step = 0
-    evaluate(cfg, env_id, run_dir, train_step)
-    episodes = records.read_episodes(run_dir)
+    if policy is not None and trains(cfg):
+        final_dir = run_dir / "final"
+        if (run_dir / records.TRAINING_FILE).exists() and final_dir.is_dir():
+            policy = load_trained_policy(policy, final_dir, cfg.device)
+        else:
+            policy = train(cfg, env_id, run_dir, policy)
+    train_step = len(records.read_metrics(run_dir))
+    evaluate(cfg, env_id, run_dir, policy, train_step)
+    write_samples(cfg, env_id, run_dir, policy)
     requested = {s.name for s in eval_splits(cfg, env_id)}
-    rows = summarize([e for e in episodes if e.split in requested and e.index < cfg.eval_episodes])
+    episodes = [
+        e
+        for e in records.read_episodes(run_dir)
+        if e.split in requested and e.index < cfg.eval_episodes
+    ]
+    rows = summarize(episodes)
     records.atomic_write_json(
-        run_dir / records.DONE_FILE,
-        {"summary": rows, "eval_seconds_this_invocation": time.perf_counter() - started},
+        run_dir / records.DONE_FILE, {"summary": rows, "train_step": train_step}
     )
     print(format_summary(run_dir.name, method_label(cfg), rows))
     print(f"run folder: {run_dir}")
