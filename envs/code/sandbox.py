@@ -18,10 +18,12 @@ ones container runtimes use), all set up between `fork` and `exec`:
 - No inherited secrets: the environment is rebuilt from scratch (`MINIMAL_ENV`), the
   fresh /proc shows only the sandbox's own processes, and the uid cannot read other
   users' /proc entries anyway.
-- The whole tree dies together: the harness kills the keeper's process group at the
-  wall-time limit; pid 1 dies with it (and with `PR_SET_PDEATHSIG` if the keeper dies), and
-  the kernel kills every process of a pid namespace whose init exits, including any that
-  called `setsid` to leave the process group.
+- The whole tree dies together: at a limit the harness closes the keeper's control
+  pipe, the keeper kills pid 1, and the kernel kills every process of a pid namespace
+  whose init exits, including any that called `setsid` to leave the process group; pid
+  1's exit reaches the keeper only once the namespace is empty, so an execution never
+  returns with a process left behind. `PR_SET_PDEATHSIG` ties pid 1 to the keeper and
+  the keeper to the harness.
 - A fresh random uid per execution makes RLIMIT_NPROC (a per-uid count) count only this
   sandbox's processes, so a fork bomb is capped without touching other users' processes,
   and the sandbox cannot signal any process of the host (different uid: EPERM).
@@ -41,6 +43,7 @@ import ctypes
 import os
 import random
 import resource
+import select
 import selectors
 import signal
 import stat
@@ -67,6 +70,8 @@ AT_FDCWD = -100
 AT_RECURSIVE = 0x8000
 SYS_MOUNT_SETATTR = 442  # same number on every architecture (unified syscall table)
 PR_SET_PDEATHSIG = 1
+# How long the keeper may take to empty the namespace after being told to.
+KEEPER_GRACE_SECONDS = 5.0
 
 # Sandbox uids come from a range no host account uses, fresh per execution (see module doc).
 SANDBOX_UID_BASE = 1_000_000
@@ -218,9 +223,10 @@ class _ChildSetup:
     through its error pipe) and mirrors pid 1's exit status.
     """
 
-    def __init__(self, limits: SandboxLimits, uid: int) -> None:
+    def __init__(self, limits: SandboxLimits, uid: int, control_fd: int) -> None:
         self.limits = limits
         self.uid = uid
+        self.control_fd = control_fd
         self.libc = _libc()
         self.interpreter_prefix, self.hidden_ancestor = _interpreter_exposure()
         self.network_namespace = _shared_network_namespace()
@@ -263,10 +269,21 @@ class _ChildSetup:
         os.close(prefix_fd)
 
     def _keep(self, pid: int) -> None:
-        """Keeper: hold no descriptor, die with the harness, exit as pid 1 did. Never returns."""
+        """Keeper: wait for pid 1, or kill it when the harness says so; exit as it did.
+
+        Holds no descriptor but the control pipe (so Popen sees the exec through its
+        error pipe). Any byte or EOF on the control pipe (the harness hit a limit, or
+        died) kills pid 1; its exit is reported only once every process of the namespace
+        is gone, so when the keeper exits the sandbox is empty. Never returns.
+        """
         try:
             self.libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-            os.closerange(0, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+            os.closerange(0, self.control_fd)
+            os.closerange(self.control_fd + 1, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+            pid_fd = os.pidfd_open(pid)
+            ready, _, _ = select.select([pid_fd, self.control_fd], [], [])
+            if self.control_fd in ready:
+                os.kill(pid, signal.SIGKILL)
             _, status = os.waitpid(pid, 0)
             os._exit(
                 os.waitstatus_to_exitcode(status) % 256
@@ -334,6 +351,8 @@ class Sandbox:
             env["SANDBOX_REPORT_FD"] = str(report_write)
             pass_fds = (report_write,)
         uid = SANDBOX_UID_BASE + random.randrange(SANDBOX_UID_SPAN)
+        # The keeper inherits the read end (close-on-exec: the program does not).
+        control_read, control_write = os.pipe()
         started = time.monotonic()
         try:
             process = subprocess.Popen(
@@ -344,15 +363,21 @@ class Sandbox:
                 env=env,
                 pass_fds=pass_fds,
                 start_new_session=True,
-                preexec_fn=_ChildSetup(self.limits, uid),
+                preexec_fn=_ChildSetup(self.limits, uid, control_read),
             )
+        except BaseException:
+            os.close(control_write)
+            raise
         finally:
+            os.close(control_read)
             if report_write >= 0:
                 os.close(report_write)
         streams = {process.stdout.fileno(): bytearray(), process.stderr.fileno(): bytearray()}
         if report_read >= 0:
             streams[report_read] = bytearray()
-        timed_out, overflowed = _collect(process, stdin, streams, started, self.limits)
+        timed_out, overflowed = _collect(
+            process, stdin, streams, started, self.limits, control_write
+        )
         if report_read >= 0:
             os.close(report_read)
         exit_code = None if timed_out or overflowed else process.returncode
@@ -376,10 +401,13 @@ def _collect(
     streams: dict[int, bytearray],
     started: float,
     limits: SandboxLimits,
+    control_write: int,
 ) -> tuple[bool, bool]:
     """Feed stdin, read every stream until EOF, enforcing wall time and output cap.
 
-    Returns (timed_out, output_limit_exceeded); the process is reaped either way.
+    Returns (timed_out, output_limit_exceeded). Either way the keeper is reaped, which
+    (see `_ChildSetup._keep`) means no process of the sandbox is left; `control_write`
+    is closed.
     """
     deadline = started + limits.wall_seconds
     timed_out = overflowed = False
@@ -434,11 +462,14 @@ def _collect(
                 timed_out = True
     finally:
         selector.close()
-        if timed_out or overflowed or process.poll() is None:
-            # Killing the keeper's group kills pid 1, and with it the whole namespace.
+        os.close(control_write)  # tells the keeper to kill pid 1, if it still runs
+        try:
+            process.wait(timeout=KEEPER_GRACE_SECONDS)
+        except subprocess.TimeoutExpired:
+            # Never seen; the keeper's group holds pid 1 too, whose death empties the namespace.
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
+            process.wait()
         for pipe in (process.stdin, process.stdout, process.stderr):
             if pipe is not None and not pipe.closed:
                 pipe.close()
