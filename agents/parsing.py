@@ -52,7 +52,8 @@ def parse_action(response: str, admissible_commands: Sequence[str] = ()) -> Pars
     the last `<action>` (generation cut by the token limit); else, with think blocks
     removed, the last non-empty line. The result is whitespace-normalised; when it
     matches an admissible command up to case and spacing, the admissible spelling is
-    returned (the env compares strings exactly).
+    returned (the env compares strings exactly); otherwise, when admissible commands
+    occur inside it (prose around the command), the one ending last is returned.
     """
     blocks = _ACTION_BLOCK.findall(response)
     if blocks:
@@ -65,9 +66,24 @@ def parse_action(response: str, admissible_commands: Sequence[str] = ()) -> Pars
             lines = [line for line in _THINK_BLOCK.sub("", response).splitlines() if line.strip()]
             action = _clean(lines[-1]) if lines else ""
         complete = False
+    return ParsedAction(
+        action=_match_admissible(action, admissible_commands),
+        well_formed=complete and bool(action),
+    )
+
+
+def _match_admissible(action: str, admissible_commands: Sequence[str]) -> str:
     canonical = {" ".join(c.lower().split()): c for c in admissible_commands}
-    action = canonical.get(action.lower(), action)
-    return ParsedAction(action=action, well_formed=complete and bool(action))
+    lowered = action.lower()
+    if lowered in canonical or not canonical:
+        return canonical.get(lowered, action)
+    # (end of the last occurrence, length): the latest-mentioned, longest command wins.
+    found = [
+        (lowered.rfind(key) + len(key), len(key), command)
+        for key, command in canonical.items()
+        if key and key in lowered
+    ]
+    return max(found)[2] if found else action
 
 
 def is_valid_action(step: Step) -> bool:

@@ -64,7 +64,7 @@ def test_broken_env_drops_only_its_episodes(fault, reason, caplog):
 
 
 def test_unknown_env_is_a_clear_error():
-    with pytest.raises(ValueError, match="registered: .*creditgym/SysDiag-v0"):
+    with pytest.raises(ValueError, match=r"registered: .*creditgym/SysDiag-v0"):
         collect("creditgym/NoSuchEnv-v0", ExpertAgent(), [0], progress=False)
 
 
