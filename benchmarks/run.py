@@ -126,7 +126,16 @@ PRESETS: dict[str, dict[str, Any]] = {
 # Fields that do not change what a run computes, left out of the run name's hash: a
 # rerun with more evaluation episodes, another split or device extends the same run.
 NON_IDENTITY_FIELDS = frozenset(
-    {"eval_episodes", "split", "device", "out", "preset", "eval_batch_size", "name"}
+    {
+        "eval_episodes",
+        "split",
+        "device",
+        "out",
+        "preset",
+        "eval_batch_size",
+        "sample_group_size",
+        "name",
+    }
 )
 
 

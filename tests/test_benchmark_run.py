@@ -1,0 +1,158 @@
+"""`python -m benchmarks.run`: bad input, run folders, and resume after SIGKILL."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from benchmarks import records
+from benchmarks.run import RunConfig, main, parse_config, run, run_name
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def scripted(out: Path, **overrides) -> RunConfig:
+    """A fast eval-only configuration of a scripted agent on SysDiag."""
+    fields = {"env": "sysdiag", "model": "random", "credit": "none", "eval_episodes": 6}
+    return RunConfig(out=out, sample_group_size=2, **{**fields, **overrides})
+
+
+def one_error_line(capsys: pytest.CaptureFixture[str]) -> str:
+    err = capsys.readouterr().err.strip()
+    assert "Traceback" not in err
+    assert len(err.splitlines()) == 1, err
+    return err
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["--env", "sysdaig"], "Did you mean sysdiag"),
+        (["--credit", "grop", "--model", "random"], "Did you mean grpo"),
+        (["--model", "random", "--split", "in_distributon"], "valid: test"),
+        (["--trainer", "policy_gradiant"], "Did you mean policy_gradient"),
+        (["--model", "expert", "--credit", "grpo"], "cannot be trained"),
+    ],
+)
+def test_bad_names_give_one_line_and_suggestions(argv, expected, capsys, tmp_path):
+    assert main([*argv, "--out", str(tmp_path)]) == 2
+    assert expected in one_error_line(capsys)
+
+
+def test_unreadable_model_path_is_one_line_and_leaves_no_run_folder(capsys, tmp_path):
+    argv = ["--model", str(tmp_path / "no-such-model"), "--out", str(tmp_path / "runs")]
+    assert main(argv) == 2
+    assert "no-such-model" in one_error_line(capsys)
+    assert not list((tmp_path / "runs").iterdir())
+
+
+def test_unwritable_out_is_one_line(capsys, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    assert main(["--model", "expert", "--out", str(blocker / "runs")]) == 2
+    assert "cannot be written" in one_error_line(capsys)
+
+
+def test_preset_sets_defaults_and_flags_still_override():
+    paper = parse_config(["--preset", "paper"])
+    assert (paper.steps, paper.max_episode_steps, paper.eval_temperature) == (150, 50, 0.4)
+    assert parse_config(["--preset", "paper", "--steps", "3"]).steps == 3
+    assert parse_config([]).steps == RunConfig().steps
+
+
+def test_group_size_defaults_to_one_for_hp_rlvr_only():
+    hp = RunConfig(credit="hp_rlvr", model="tiny")
+    grpo = RunConfig(credit="grpo", model="tiny")
+    assert "G1" in run_name(hp) and "G8" in run_name(grpo)
+    assert run_name(RunConfig(credit="hp_rlvr", group_size=1, model="tiny")) == run_name(hp)
+
+
+def test_run_folder_holds_config_provenance_episodes_and_samples(tmp_path):
+    run_dir = run(scripted(tmp_path, model="expert"))
+    config = records.read_json(run_dir / records.CONFIG_FILE)
+    assert config["env_id"] == "creditgym/SysDiag-v0" and config["method_trainer"] == "eval-only"
+    provenance = records.read_json(run_dir / records.PROVENANCE_FILE)
+    assert provenance["packages"]["gymnasium"] and len(provenance["git"]["commit"]) == 40
+    episodes = records.read_episodes(run_dir)
+    assert [e.index for e in episodes] == list(range(6))
+    assert all(e.success and e.split == "test" and e.task_type for e in episodes)
+    assert len({e.seed for e in episodes}) == 6
+    line = json.loads((run_dir / records.EPISODES_FILE).read_text().splitlines()[0])
+    assert {"env", "split", "task_id", "task_type", "seed", "method", "success", "return",
+            "steps", "truncated", "tokens"} <= set(line)  # fmt: skip
+    samples = list(records.iter_jsonl(run_dir / records.SAMPLES_FILE))
+    assert len(samples) == 2
+    for sample in samples:
+        steps = len(sample["trajectory"]["steps"])
+        assert {"grpo", "gigpo", "hcapo", "hp_rlvr", "rule_based"} <= set(sample["credit"])
+        assert all(len(values) == steps for values in sample["credit"].values())
+    assert (run_dir / records.DONE_FILE).exists()
+
+
+def test_expert_beats_random_on_the_same_tasks(tmp_path):
+    expert = records.read_episodes(run(scripted(tmp_path, model="expert", eval_episodes=10)))
+    rand = records.read_episodes(run(scripted(tmp_path, eval_episodes=10)))
+    assert [e.task_id for e in expert] == [e.task_id for e in rand]  # same evaluation tasks
+    assert sum(e.success for e in expert) == 10 > sum(e.success for e in rand)
+
+
+def test_rerun_extends_without_repeating_and_repairs_a_torn_line(tmp_path):
+    run_dir = run(scripted(tmp_path, eval_episodes=4))
+    first = (run_dir / records.EPISODES_FILE).read_text()
+    with open(run_dir / records.EPISODES_FILE, "a") as handle:
+        handle.write('{"index": 4, "env": "torn')  # what a kill mid-write leaves
+    assert run(scripted(tmp_path, eval_episodes=7)) == run_dir
+    text = (run_dir / records.EPISODES_FILE).read_text()
+    assert text.startswith(first)
+    assert [e.index for e in records.read_episodes(run_dir)] == list(range(7))
+
+
+def test_sigkill_mid_evaluation_then_rerun_loses_and_repeats_nothing(tmp_path):
+    episodes = 300
+    argv = [
+        sys.executable,
+        "-m",
+        "benchmarks.run",
+        "--env",
+        "sysdiag",
+        "--model",
+        "random",
+        "--credit",
+        "none",
+        "--eval-episodes",
+        str(episodes),
+        "--sample-group-size",
+        "0",
+    ]
+    killed_out, clean_out = tmp_path / "killed", tmp_path / "clean"
+    process = subprocess.Popen(
+        [*argv, "--out", str(killed_out)], cwd=REPO, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )  # fmt: skip
+    deadline = time.monotonic() + 120
+    path = None
+    while time.monotonic() < deadline and process.poll() is None:
+        found = list(killed_out.glob(f"*/{records.EPISODES_FILE}"))
+        if found and found[0].read_text().count("\n") >= 20:
+            path = found[0]
+            break
+        time.sleep(0.01)
+    assert path is not None, "the run ended or stalled before 20 episodes were written"
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    written = len(records.read_episodes(path.parent))
+    assert 20 <= written < episodes, "the kill did not land mid-evaluation"
+
+    subprocess.run([*argv, "--out", str(killed_out)], cwd=REPO, check=True, capture_output=True)
+    subprocess.run([*argv, "--out", str(clean_out)], cwd=REPO, check=True, capture_output=True)
+    resumed = records.read_episodes(path.parent)
+    clean = records.read_episodes(clean_out / path.parent.name)
+    assert [e.index for e in resumed] == list(range(episodes))
+    assert resumed == clean  # the same episodes an uninterrupted run plays
