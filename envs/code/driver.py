@@ -32,16 +32,16 @@ def _error_text(skip_frames: int) -> str:
     return "".join(traceback.format_exception(kind, value, trace))
 
 
-def _evaluate(source, namespace):
-    """(value, printed text) of a doctest-style example: expression or statement."""
-    printed = io.StringIO()
+def _evaluate(source, namespace, printed):
+    """The value of a doctest-style example (expression or statement); prints go to
+    `printed`, which keeps them when the example raises."""
     with contextlib.redirect_stdout(printed):
         try:
             code = compile(source, "<example>", "eval")
         except SyntaxError:
             exec(compile(source, "<example>", "exec"), namespace)
-            return None, printed.getvalue()
-        return eval(code, namespace), printed.getvalue()
+            return None
+        return eval(code, namespace)
 
 
 def main():
@@ -80,16 +80,17 @@ def main():
             emit(kind="start", index=index)
             if mode == "run":
                 print(">>> " + example["source"], flush=True)
+            printed = io.StringIO()
             try:
-                value, printed = _evaluate(example["source"], namespace)
+                value = _evaluate(example["source"], namespace, printed)
             except BaseException:
                 error = _error_text(2)
                 if mode == "run":
-                    print(error, end="", flush=True)
-                emit(kind="result", index=index, passed=False, got="", error=error)
+                    print(printed.getvalue() + error, end="", flush=True)
+                emit(kind="result", index=index, passed=False, got=printed.getvalue(), error=error)
                 continue
             try:
-                got = printed + ("" if value is None else repr(value))
+                got = printed.getvalue() + ("" if value is None else repr(value))
                 if mode == "run":
                     print(got, flush=True)
                 if example["literal"]:
