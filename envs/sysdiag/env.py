@@ -1,0 +1,295 @@
+"""`creditgym/SysDiag-v0`: diagnose and fix one hidden fault on a simulated Linux host.
+
+The agent types shell commands; observations are the commands' output (shaped like
+the real tools', see `envs.sysdiag.shell`). Nothing runs on the real machine.
+
+Reward (per step): +1.0 on the step whose effect fixes the root cause (verified on the
+host state, then the episode terminates); -0.01 on every other step; `reboot` ends the
+episode with `REBOOT_REWARD` if the reboot made the symptoms go away (a transient
+fault, never diagnosed) and 0.0 if the fault persisted. At `max_steps` the episode is
+truncated (`truncated=True`, a timeout, not a policy failure in gymnasium's sense).
+
+`info` (see `envs/__init__.py`): `success`, `task_id` ("<family>-<n>", decodes to the
+instance), `task`, `fault_family`, `admissible_commands` (10-25 concrete commands; PIDs
+and paths only once some output has shown them), `key_step` (this step revealed the
+root cause for the first time, or advanced its fix), `feedback` (at the end: why the
+episode succeeded or failed), `expert_action` (the scripted expert's next command:
+its diagnosis commands, then the fix), `steps`.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any, ClassVar
+
+import gymnasium as gym
+
+from envs.spaces import text_space
+from envs.sysdiag.catalog import build_host
+from envs.sysdiag.faults import FAULT_FAMILIES, Fault
+from envs.sysdiag.host import Host
+from envs.sysdiag.shell import Shell
+
+STEP_COST = 0.01
+SUCCESS_REWARD = 1.0
+REBOOT_REWARD = 0.3
+DEFAULT_MAX_STEPS = 30
+OBSERVATION_MAX_CHARS = 8192
+ACTION_MAX_CHARS = 1024
+INSTANCES_PER_FAMILY = 100_000  # seeds draw n in [0, this); task ids accept any n >= 0
+CACHE_MAX_COMMAND_CHARS = 256
+
+# Read-only commands every state offers; the fault adds its own (see `Fault.candidates`).
+BASE_COMMANDS = (
+    "ps aux",
+    "top -bn1",
+    "free -h",
+    "df -h",
+    "df -i",
+    "uptime",
+    "dmesg",
+    "ss -tlnp",
+    "systemctl --failed",
+    "cat /etc/resolv.conf",
+    "du -sh /var/log/*",
+)
+
+
+def build_instance(family: str, index: int) -> tuple[Host, Fault]:
+    """The host and injected fault of task `<family>-<index>` (a pure function of both)."""
+    rng = random.Random(f"creditgym/SysDiag-v0/{family}/{index}")
+    fault_class = FAULT_FAMILIES[family]
+    host, app = build_host(rng, rng.choice(fault_class.apps()))
+    fault = fault_class(rng, host, app)
+    # Faults edit records in place: invalidate everything computed while building.
+    host.rows.clear()
+    host.touch()
+    return host, fault
+
+
+def parse_task_id(task_id: object, families: tuple[str, ...]) -> tuple[str, int]:
+    """`"cpu_hog-17"` -> ("cpu_hog", 17); a clear ValueError for anything else."""
+    family, _, index = str(task_id).rpartition("-")
+    if family not in families or not index.isdigit():
+        raise ValueError(
+            f"task_id {task_id!r} is not '<family>-<n>' with family in {list(families)} "
+            "and n a non-negative integer"
+        )
+    return family, int(index)
+
+
+def clip(text: str) -> str:
+    """Keep the observation inside the observation space's length."""
+    if len(text) <= OBSERVATION_MAX_CHARS:
+        return text
+    note = f"\n[... output truncated: {len(text) - OBSERVATION_MAX_CHARS + 80} more characters ...]"
+    return text[: OBSERVATION_MAX_CHARS - len(note)] + note
+
+
+class SysDiagEnv(gym.Env[str, str]):
+    """A simulated Linux host with one hidden fault from one of ten families.
+
+    Args:
+        faults: the fault families to draw from (default: all, see `FAULT_FAMILIES`);
+            a subset makes curricula and focused tests.
+        max_steps: step limit; reaching it truncates the episode.
+        render_mode: None or "ansi" (the last command and its output).
+    """
+
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"], "render_fps": 1}
+
+    def __init__(
+        self,
+        faults: tuple[str, ...] | list[str] | None = None,
+        max_steps: int = DEFAULT_MAX_STEPS,
+        render_mode: str | None = None,
+    ) -> None:
+        families = tuple(faults) if faults is not None else tuple(FAULT_FAMILIES)
+        unknown = [f for f in families if f not in FAULT_FAMILIES]
+        if unknown or not families:
+            raise ValueError(
+                f"unknown fault families {unknown or '(empty list)'}; "
+                f"choose from {sorted(FAULT_FAMILIES)}"
+            )
+        if not isinstance(max_steps, int) or max_steps < 1:
+            raise ValueError(f"max_steps must be a positive integer, got {max_steps!r}")
+        if render_mode not in (None, "ansi"):
+            raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
+        self.families = families
+        self.max_steps = max_steps
+        self.render_mode = render_mode
+        self.observation_space = text_space(OBSERVATION_MAX_CHARS)
+        self.action_space = text_space(ACTION_MAX_CHARS)
+        self.host: Host | None = None
+        self.fault: Fault | None = None
+        self.shell: Shell | None = None
+
+    # ------------------------------------------------------------------ gym API
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[str, dict[str, Any]]:
+        super().reset(seed=seed)
+        task_id = (options or {}).get("task_id")
+        if task_id is None:
+            family = self.families[int(self.np_random.integers(len(self.families)))]
+            index = int(self.np_random.integers(INSTANCES_PER_FAMILY))
+        else:
+            family, index = parse_task_id(task_id, self.families)
+        self.task_id = f"{family}-{index}"
+        self.host, self.fault = build_instance(family, index)
+        self.shell = Shell(self.host)
+        self.steps = 0
+        self.done = False
+        self.revealed = False
+        self.diagnosis_cursor = 0
+        self.best_progress = self.fault.progress(self.host)
+        self.seen: set[str] = set()
+        self.output_cache: dict[str, tuple[str, int]] = {}
+        self.cache_version = -1
+        self.candidate_cache: tuple[int, list[tuple[str, str | None]]] = (-1, [])
+        self.fixed_cache: tuple[int, bool, int] = (-1, False, 0)
+        self.admissible_cache: tuple[tuple[int, int], tuple[str, ...]] = ((-1, -1), ())
+        self.last_exchange = ""
+        observation = (
+            f"Welcome to Ubuntu 22.04.4 LTS (GNU/Linux {self.host.kernel} x86_64)\n\n"
+            f"Last login: {self.host.now:%a %b %e %H:%M:%S %Y} from 10.0.2.2\n"
+            f"root@{self.host.hostname}:~# "
+        )
+        self.last_exchange = observation
+        return observation, self._info(key_step=False, feedback="")
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        if self.shell is None or self.fault is None or self.host is None:
+            raise RuntimeError("SysDiagEnv.step() called before reset()")
+        if self.done:
+            raise RuntimeError("SysDiagEnv.step() called after the episode ended; call reset()")
+        line = action if isinstance(action, str) else str(action)
+        expected = self._expert_action()
+        if line.strip() == expected and self.diagnosis_cursor < len(self.fault.diagnosis):
+            self.diagnosis_cursor += 1
+        self.steps += 1
+        observation = clip(self._run(line))
+        self.last_exchange = f"root@{self.host.hostname}:~# {line[:200]}\n{observation}"
+        self._mark_seen(observation)
+
+        key_step = False
+        if not self.revealed and self.fault.reveals(observation):
+            self.revealed = key_step = True
+        fixed, progress = self._fixed_and_progress()
+        if progress > self.best_progress:
+            self.best_progress = progress
+            key_step = True
+
+        terminated, truncated, success = False, False, False
+        feedback = ""
+        if self.shell.rebooted:
+            terminated = True
+            reward = REBOOT_REWARD if fixed else 0.0
+            feedback = (
+                "The host was rebooted: the symptoms are gone for now, but the root cause "
+                f"was never diagnosed or fixed ({self.fault.root_cause}); partial credit."
+                if fixed
+                else f"The host was rebooted and the fault persisted: {self.fault.root_cause}."
+            )
+        elif fixed:
+            terminated = success = True
+            reward = SUCCESS_REWARD
+            feedback = f"Fixed and verified. The root cause: {self.fault.root_cause}."
+        else:
+            reward = -STEP_COST
+            if self.steps >= self.max_steps:
+                truncated = True
+                feedback = (
+                    f"Step limit ({self.max_steps}) reached; the fault is still present: "
+                    f"{self.fault.root_cause}."
+                )
+        self.done = terminated or truncated
+        info = self._info(key_step=key_step, feedback=feedback, success=success)
+        return observation, reward, terminated, truncated, info
+
+    def render(self) -> str | None:
+        return self.last_exchange if self.render_mode == "ansi" else None
+
+    # ---------------------------------------------------------------- internals
+    def _run(self, line: str) -> str:
+        """Run `line`, reusing the output of an identical read-only command."""
+        shell, host = self.shell, self.host
+        if self.cache_version != host.version:
+            self.output_cache.clear()
+            self.cache_version = host.version
+        key = shell.cwd + "\0" + line
+        cached = self.output_cache.get(key)
+        if cached is not None:
+            return cached[0]
+        version = host.version
+        cwd = shell.cwd
+        output, status = shell.run(line)
+        if host.version == version and shell.cwd == cwd and len(line) <= CACHE_MAX_COMMAND_CHARS:
+            self.output_cache[key] = (output, status)
+        return output
+
+    def _fixed_and_progress(self) -> tuple[bool, int]:
+        version, fixed, progress = self.fixed_cache
+        if version != self.host.version:
+            fixed = self.fault.is_fixed(self.host)
+            progress = self.fault.progress(self.host)
+            self.fixed_cache = (self.host.version, fixed, progress)
+        return fixed, progress
+
+    def _candidates(self) -> list[tuple[str, str | None]]:
+        """All commands that make sense in this state, with the string gating each."""
+        version, candidates = self.candidate_cache
+        if version == self.host.version:
+            return candidates
+        host, fault = self.host, self.fault
+        unit = fault.unit
+        candidates = [(command, None) for command in BASE_COMMANDS]
+        candidates += [(command, None) for command in fault.diagnosis]
+        candidates += [
+            (f"systemctl status {unit}", None),
+            (f"journalctl -u {unit}", None),
+            (f"systemctl restart {unit}", None),
+        ]
+        busy = sorted(
+            (p for p in host.procs.values() if p.pid > 2 and not p.stat.startswith("Z")),
+            key=lambda p: (-p.cpu, p.pid),
+        )[:3]
+        hungry = max(host.procs.values(), key=lambda p: (p.rss_kb, -p.pid))
+        candidates += [(f"kill {p.pid}", str(p.pid)) for p in (*busy, hungry)]
+        candidates += fault.candidates(host)
+        candidates.append(("reboot", None))
+        unique = list(dict.fromkeys(candidates))
+        self.candidate_cache = (host.version, unique)
+        return unique
+
+    def _mark_seen(self, observation: str) -> None:
+        for _command, gate in self._candidates():
+            if gate is not None and gate not in self.seen and gate in observation:
+                self.seen.add(gate)
+
+    def _admissible(self) -> list[str]:
+        key = (self.host.version, len(self.seen))
+        if self.admissible_cache[0] != key:
+            seen = self.seen
+            commands = [c for c, gate in self._candidates() if gate is None or gate in seen]
+            self.admissible_cache = (key, tuple(dict.fromkeys(commands)))
+        return list(self.admissible_cache[1])
+
+    def _expert_action(self) -> str:
+        diagnosis = self.fault.diagnosis
+        if self.diagnosis_cursor < len(diagnosis):
+            return diagnosis[self.diagnosis_cursor]
+        return self.fault.fix_action(self.host)
+
+    def _info(self, key_step: bool, feedback: str, success: bool = False) -> dict[str, Any]:
+        return {
+            "success": success,
+            "task_id": self.task_id,
+            "task": self.fault.task,
+            "fault_family": self.fault.family,
+            "admissible_commands": self._admissible(),
+            "key_step": key_step,
+            "feedback": feedback,
+            "expert_action": self._expert_action(),
+            "steps": self.steps,
+        }
