@@ -1,58 +1,73 @@
 """A process sandbox for untrusted Python: namespaces, a throwaway uid, rlimits, a kill switch.
 
 Every execution runs as its own process tree, isolated by Linux primitives (the same
-ones container runtimes use), all set up between `fork` and `exec`:
+ones container runtimes use), set up between `fork` and `exec`:
 
-    harness ──fork──> keeper (host pid namespace, new session = new process group)
-                        │  unshare(NEWNS | NEWNET | NEWPID); whole mount tree read-only
-                        └─fork──> pid 1 of a fresh pid namespace
-                                    mounts: private tmpfs on /tmp (the working dir), fresh /proc
-                                    rlimits: CPU, address space, file size, processes, files
-                                    uid/gid: a random unprivileged id owning nothing on the host
-                                    exec python -I -S <program>
+    harness ──request + pipes──> fork server (small, single-threaded, started once)
+                                   └─fork──> keeper (host pid namespace, own session)
+                                               │ unshare(NEWNS | NEWPID), join an empty
+                                               │ network namespace, mount tree read-only
+                                               └─fork──> pid 1 of a fresh pid namespace
+                                                           /tmp: private size-capped tmpfs (cwd)
+                                                           /proc: fresh, this namespace only
+                                                           rlimits: CPU, memory, file size,
+                                                             processes, open files
+                                                           uid/gid: random, owns nothing
+                                                           exec python -S -B -c <program>
 
-- No network: the new network namespace has only a downed loopback, so every connect
-  fails (ENETUNREACH); tests check it.
+- No network: the network namespace has only a downed loopback, so every connect fails
+  (ENETUNREACH); tests check it.
 - No writes outside the working directory: every mount is read-only in the sandbox's
-  mount namespace, the only writable place is a size-capped tmpfs that disappears with it.
+  mount namespace; the only writable place is a size-capped tmpfs that vanishes with it.
 - No inherited secrets: the environment is rebuilt from scratch (`MINIMAL_ENV`), the
   fresh /proc shows only the sandbox's own processes, and the uid cannot read other
   users' /proc entries anyway.
 - The whole tree dies together: at a limit the harness closes the keeper's control
   pipe, the keeper kills pid 1, and the kernel kills every process of a pid namespace
   whose init exits, including any that called `setsid` to leave the process group; pid
-  1's exit reaches the keeper only once the namespace is empty, so an execution never
-  returns with a process left behind. `PR_SET_PDEATHSIG` ties pid 1 to the keeper and
-  the keeper to the harness.
+  1's exit reaches the keeper only once the namespace is empty, and the keeper reports
+  it on the status pipe only then, so an execution never returns with a process left.
+  `PR_SET_PDEATHSIG` ties pid 1 to the keeper and the fork server to the harness.
 - A fresh random uid per execution makes RLIMIT_NPROC (a per-uid count) count only this
   sandbox's processes, so a fork bomb is capped without touching other users' processes,
   and the sandbox cannot signal any process of the host (different uid: EPERM).
 - Output is read incrementally and the tree is killed once it passes `max_output_bytes`:
   the harness never buffers more than that.
 
+Why a fork server: forking the harness itself (which may hold a model and threads) costs
+time proportional to its memory and is unsafe with threads between fork and exec; the
+server is a small single-threaded Python that only forks.
+
 The program runs as pid 1 of its namespace: signals it sends to itself without a
 handler are ignored (kernel rule for namespace inits), and `os.getppid()` is 0.
 Requires root (CAP_SYS_ADMIN, CAP_SETUID) on Linux; `Sandbox()` raises
-`SandboxUnavailableError` with the reason otherwise.
+`SandboxUnavailableError` with the reason otherwise. This module imports only the
+standard library: the fork server runs this very file.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import dataclasses
+import fcntl
+import json
 import os
 import random
 import resource
 import select
 import selectors
 import signal
+import socket
 import stat
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
+from typing import Any
 
 # Linux constants (include/uapi/linux/sched.h, mount.h, fcntl.h, prctl.h).
 CLONE_NEWNS = 0x00020000
@@ -72,6 +87,10 @@ SYS_MOUNT_SETATTR = 442  # same number on every architecture (unified syscall ta
 PR_SET_PDEATHSIG = 1
 # How long the keeper may take to empty the namespace after being told to.
 KEEPER_GRACE_SECONDS = 5.0
+# The report pipe's descriptor in the program; requests above this size are refused
+# (execve caps one argument at 128 KiB anyway).
+REPORT_FD = 3
+MAX_REQUEST_BYTES = 200_000
 
 # Sandbox uids come from a range no host account uses, fresh per execution (see module doc).
 SANDBOX_UID_BASE = 1_000_000
@@ -215,87 +234,101 @@ def _mount(source: str, target: str, fstype: str | None, flags: int, data: str |
     _check(result, f"mount {target}")
 
 
-class _ChildSetup:
-    """The code that runs between fork and exec (Popen's `preexec_fn`), see module doc.
+class _Launch:
+    """What the fork server's child does for one execution; never returns.
 
-    Runs in the keeper; forks pid 1 of the new pid namespace, which returns to Popen and
-    execs the program, while the keeper closes every descriptor (so Popen sees the exec
-    through its error pipe) and mirrors pid 1's exit status.
+    Runs in the keeper-to-be (a fresh child of the fork server) with the request's
+    descriptors: stdin, stdout, stderr, control (read end), status (write end), and the
+    report pipe (write end) when asked for. Setup failures are written to the status pipe
+    as `error <text>` lines; the keeper writes `exit <code>` once pid 1 is gone.
     """
 
-    def __init__(self, limits: SandboxLimits, uid: int, control_fd: int) -> None:
-        self.limits = limits
-        self.uid = uid
-        self.control_fd = control_fd
+    def __init__(self, request: dict[str, Any], fds: list[int]) -> None:
+        self.argv: list[str] = request["argv"]
+        self.env: dict[str, str] = request["env"]
+        self.limits = SandboxLimits(**request["limits"])
+        self.uid: int = request["uid"]
+        self.fds = fds
         self.libc = _libc()
-        self.interpreter_prefix, self.hidden_ancestor = _interpreter_exposure()
-        self.network_namespace = _shared_network_namespace()
 
     def __call__(self) -> None:
-        _check(self.libc.setns(self.network_namespace, CLONE_NEWNET), "setns network")
-        _check(self.libc.unshare(CLONE_NEWNS | CLONE_NEWPID), "unshare")
-        # Private propagation first, so nothing below leaks back to the host's mounts.
-        _mount("none", "/", None, MS_REC | MS_PRIVATE, None)
-        if self.hidden_ancestor:
-            self._expose_interpreter()
-        attr = _MountAttr(attr_set=MOUNT_ATTR_RDONLY)
-        _check(
-            self.libc.syscall(
-                SYS_MOUNT_SETATTR,
-                AT_FDCWD,
-                b"/",
-                AT_RECURSIVE,
-                ctypes.byref(attr),
-                ctypes.sizeof(attr),
-            ),
-            "mount_setattr read-only",
-        )
-        pid = os.fork()
-        if pid:
-            self._keep(pid)
-        self._enter_namespace()
-
-    def _expose_interpreter(self) -> None:
-        """Make the interpreter reachable under a directory the sandbox uid cannot enter.
-
-        Covers that directory (e.g. a 0700 /root holding a pyenv Python) with an empty
-        tmpfs, which also hides the rest of it, and bind-mounts only the interpreter's
-        prefix back at its own path, reached through a descriptor opened beforehand.
-        """
-        prefix_fd = os.open(self.interpreter_prefix, os.O_PATH | os.O_DIRECTORY)
-        _mount("tmpfs", self.hidden_ancestor, "tmpfs", MS_NOSUID | MS_NODEV, "size=65536,mode=0755")
-        os.makedirs(self.interpreter_prefix, exist_ok=True)
-        _mount(f"/proc/self/fd/{prefix_fd}", self.interpreter_prefix, None, MS_BIND | MS_REC, None)
-        os.close(prefix_fd)
-
-    def _keep(self, pid: int) -> None:
-        """Keeper: wait for pid 1, or kill it when the harness says so; exit as it did.
-
-        Holds no descriptor but the control pipe (so Popen sees the exec through its
-        error pipe). Any byte or EOF on the control pipe (the harness hit a limit, or
-        died) kills pid 1; its exit is reported only once every process of the namespace
-        is gone, so when the keeper exits the sandbox is empty. Never returns.
-        """
+        status_fd = -1
         try:
-            self.libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-            os.closerange(0, self.control_fd)
-            os.closerange(self.control_fd + 1, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
-            pid_fd = os.pidfd_open(pid)
-            ready, _, _ = select.select([pid_fd, self.control_fd], [], [])
-            if self.control_fd in ready:
-                os.kill(pid, signal.SIGKILL)
-            _, status = os.waitpid(pid, 0)
-            os._exit(
-                os.waitstatus_to_exitcode(status) % 256
-                if os.WIFEXITED(status)
-                else 128 + os.WTERMSIG(status)
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the server ignores it
+            # Park the received descriptors high, then place them at 0, 1, 2 (and 3).
+            # (The network namespace too: its descriptor may sit where stdio goes.)
+            network_fd = fcntl.fcntl(_shared_network_namespace(), fcntl.F_DUPFD_CLOEXEC, 16)
+            parked = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 16) for fd in self.fds]
+            stdin, stdout, stderr, control_fd, status_fd = parked[:5]
+            for target, fd in enumerate([stdin, stdout, stderr, *parked[5:]]):
+                os.dup2(fd, target)  # dup2 targets are inheritable: they survive exec
+            first_free = 3 + len(parked[5:])
+            keep = (control_fd, status_fd, network_fd)
+            for fd in os.listdir("/proc/self/fd"):
+                if int(fd) >= first_free and int(fd) not in keep:
+                    with contextlib.suppress(OSError):
+                        os.close(int(fd))
+            os.setsid()
+            _check(self.libc.setns(network_fd, CLONE_NEWNET), "setns network")
+            _check(self.libc.unshare(CLONE_NEWNS | CLONE_NEWPID), "unshare")
+            # Private propagation first, so nothing below leaks back to the host's mounts.
+            _mount("none", "/", None, MS_REC | MS_PRIVATE, None)
+            prefix, hidden_ancestor = _interpreter_exposure()
+            if hidden_ancestor:
+                _expose_interpreter(prefix, hidden_ancestor)
+            attr = _MountAttr(attr_set=MOUNT_ATTR_RDONLY)
+            _check(
+                self.libc.syscall(
+                    SYS_MOUNT_SETATTR,
+                    AT_FDCWD,
+                    b"/",
+                    AT_RECURSIVE,
+                    ctypes.byref(attr),
+                    ctypes.sizeof(attr),
+                ),
+                "mount_setattr read-only",
             )
+            pid = os.fork()
+            if pid:
+                self._keep(pid, control_fd, status_fd, first_free)
+            self._enter_namespace()
+            os.closerange(first_free, os.sysconf("SC_OPEN_MAX"))
+            os.execve(self.argv[0], self.argv, self.env)
+        except BaseException as error:
+            # Before exec: the harness raises it. A failed exec: the program's stderr.
+            message = f"{type(error).__name__}: {error}\n"
+            with contextlib.suppress(OSError):
+                os.write(status_fd, b"error " + message.encode())
+            with contextlib.suppress(OSError):
+                os.write(2, f"sandbox: cannot run {self.argv[0]}: {message}".encode())
         finally:
             os._exit(127)
+
+    def _keep(self, pid: int, control_fd: int, status_fd: int, first_free: int) -> None:
+        """Keeper: wait for pid 1, or kill it when the harness says so; report its exit.
+
+        Any byte or EOF on the control pipe (the harness hit a limit, or died) kills pid 1.
+        Its exit is reported only once every process of the namespace is gone. Never
+        returns.
+        """
+        code = 127
+        try:
+            os.closerange(0, first_free)  # the program's stdio and report pipe are its own
+            pid_fd = os.pidfd_open(pid)
+            ready, _, _ = select.select([pid_fd, control_fd], [], [])
+            if control_fd in ready:
+                os.kill(pid, signal.SIGKILL)
+            _, status = os.waitpid(pid, 0)
+            code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status)
+            os.write(status_fd, f"exit {code}\n".encode())
+        finally:
+            os._exit(code)
 
     def _enter_namespace(self) -> None:
         limits = self.limits
         _check(self.libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl")
+        for name in (signal.SIGPIPE, signal.SIGXFSZ):  # Python's own settings, not the program's
+            signal.signal(name, signal.SIG_DFL)
         _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
         _mount(
             "tmpfs",
@@ -319,6 +352,92 @@ class _ChildSetup:
         os.setresuid(self.uid, self.uid, self.uid)
 
 
+def _expose_interpreter(prefix: str, hidden_ancestor: str) -> None:
+    """Make the interpreter reachable under a directory the sandbox uid cannot enter.
+
+    Covers that directory (e.g. a 0700 /root holding a pyenv Python) with an empty tmpfs,
+    which also hides the rest of it, and bind-mounts only the interpreter's prefix back at
+    its own path, reached through a descriptor opened beforehand.
+    """
+    prefix_fd = os.open(prefix, os.O_PATH | os.O_DIRECTORY)
+    _mount("tmpfs", hidden_ancestor, "tmpfs", MS_NOSUID | MS_NODEV, "size=65536,mode=0755")
+    os.makedirs(prefix, exist_ok=True)
+    _mount(f"/proc/self/fd/{prefix_fd}", prefix, None, MS_BIND | MS_REC, None)
+    os.close(prefix_fd)
+
+
+def _serve_forks(socket_fd: int) -> None:
+    """The fork server's loop: one request (JSON + descriptors) in, one keeper pid out."""
+    _check(_libc().prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl")
+    _shared_network_namespace()  # created once, before the first request
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # keepers are reaped by the kernel
+    channel = socket.socket(fileno=socket_fd)
+    while True:
+        try:
+            message, fds, _, _ = socket.recv_fds(channel, MAX_REQUEST_BYTES, 8)
+        except OSError:
+            return
+        if not message:
+            return  # the harness closed its end
+        pid = os.fork()
+        if pid == 0:
+            _Launch(json.loads(message), fds)()
+        for fd in fds:
+            os.close(fd)
+        channel.send(str(pid).encode())
+
+
+class _ForkServer:
+    """The harness's handle on its fork server (one per harness process, started lazily)."""
+
+    def __init__(self) -> None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.channel = ours
+        self.lock = threading.Lock()
+        self.process = subprocess.Popen(
+            [INTERPRETER, "-S", "-B", os.path.abspath(__file__), str(theirs.fileno())],
+            pass_fds=(theirs.fileno(),),
+            stdin=subprocess.DEVNULL,
+            env={"PATH": MINIMAL_ENV["PATH"], "PYTHONSAFEPATH": "1"},
+        )
+        theirs.close()
+
+    def launch(self, request: dict[str, Any], fds: list[int]) -> int:
+        """Start one execution; returns the keeper's pid."""
+        message = json.dumps(request).encode()
+        if len(message) > MAX_REQUEST_BYTES:
+            raise ValueError(
+                f"program too large for the sandbox ({len(message)} bytes of arguments and "
+                f"environment > {MAX_REQUEST_BYTES}); pass data through stdin"
+            )
+        with self.lock:
+            try:
+                socket.send_fds(self.channel, [message], fds)
+                reply = self.channel.recv(64)
+            except OSError as error:
+                raise SandboxUnavailableError(
+                    f"the sandbox fork server is gone ({error})"
+                ) from error
+        if not reply:
+            raise SandboxUnavailableError(
+                f"the sandbox fork server exited with status {self.process.wait()}"
+            )
+        return int(reply)
+
+
+_fork_servers: dict[int, _ForkServer] = {}
+_fork_servers_lock = threading.Lock()
+
+
+def _fork_server() -> _ForkServer:
+    """This process's fork server; a forked child of the harness starts its own."""
+    with _fork_servers_lock:
+        server = _fork_servers.get(os.getpid())
+        if server is None or server.process.poll() is not None:
+            server = _fork_servers[os.getpid()] = _ForkServer()
+        return server
+
+
 class Sandbox:
     """Runs programs under `SandboxLimits` with the isolation described in the module doc."""
 
@@ -332,63 +451,57 @@ class Sandbox:
         """Run `source` with `python -S -B` (standard library only, no bytecode files).
 
         Not `-I`: it would also drop `PYTHONHASHSEED`, and the environment is ours anyway.
-
-        With `report_channel`, the program gets a pipe for structured results whose write
-        end's descriptor number is in the environment variable `SANDBOX_REPORT_FD`; it
-        is kept apart from stdout so that the program's prints cannot mix into it.
+        With `report_channel`, the program gets a pipe for structured results on
+        descriptor `REPORT_FD` (also in the environment variable `SANDBOX_REPORT_FD`),
+        apart from stdout so that the program's prints cannot mix into it.
         """
         return self.execute([INTERPRETER, "-S", "-B", "-c", source], stdin, report_channel)
 
     def execute(
         self, argv: Sequence[str], stdin: bytes = b"", report_channel: bool = False
     ) -> ExecutionResult:
-        """Run `argv` in the sandbox, feeding `stdin`, and collect its output."""
+        """Run `argv` (an absolute program path first) in the sandbox, feeding `stdin`."""
         env = dict(MINIMAL_ENV)
-        pass_fds: tuple[int, ...] = ()
-        report_read = report_write = -1
         if report_channel:
-            report_read, report_write = os.pipe()
-            env["SANDBOX_REPORT_FD"] = str(report_write)
-            pass_fds = (report_write,)
-        uid = SANDBOX_UID_BASE + random.randrange(SANDBOX_UID_SPAN)
-        # The keeper inherits the read end (close-on-exec: the program does not).
-        control_read, control_write = os.pipe()
+            env["SANDBOX_REPORT_FD"] = str(REPORT_FD)
+        request = {
+            "argv": list(argv),
+            "env": env,
+            "limits": dataclasses.asdict(self.limits),
+            "uid": SANDBOX_UID_BASE + random.randrange(SANDBOX_UID_SPAN),
+        }
+        names = ["stdin", "stdout", "stderr", "control", "status"] + (
+            ["report"] if report_channel else []
+        )
+        pipes = {name: os.pipe() for name in names}
+        # The child gets the read end of stdin and control, the write end of the others.
+        child_ends = [pipes[n][0] if n in ("stdin", "control") else pipes[n][1] for n in names]
+        ours = {n: pipes[n][1] if n in ("stdin", "control") else pipes[n][0] for n in names}
         started = time.monotonic()
         try:
-            process = subprocess.Popen(
-                list(argv),
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                env=env,
-                pass_fds=pass_fds,
-                start_new_session=True,
-                preexec_fn=_ChildSetup(self.limits, uid, control_read),
-            )
+            keeper = _fork_server().launch(request, child_ends)
         except BaseException:
-            os.close(control_write)
+            for fd in ours.values():
+                os.close(fd)
             raise
         finally:
-            os.close(control_read)
-            if report_write >= 0:
-                os.close(report_write)
-        streams = {process.stdout.fileno(): bytearray(), process.stderr.fileno(): bytearray()}
-        if report_read >= 0:
-            streams[report_read] = bytearray()
-        timed_out, overflowed = _collect(
-            process, stdin, streams, started, self.limits, control_write
-        )
-        if report_read >= 0:
-            os.close(report_read)
-        exit_code = None if timed_out or overflowed else process.returncode
-        if exit_code is not None and exit_code < 0:
-            exit_code = 128 - exit_code
+            for fd in child_ends:
+                os.close(fd)
+        streams = {ours[n]: bytearray() for n in ("stdout", "stderr", "report") if n in ours}
+        status_buffer = bytearray()
+        timed_out, overflowed = _collect(ours, stdin, streams, status_buffer, started, self.limits)
+        status = _finish(ours, keeper, status_buffer)
+        errors = [line[6:] for line in status.splitlines() if line.startswith("error ")]
+        if errors:
+            raise SandboxUnavailableError(f"sandbox setup failed: {errors[0]}")
+        exits = [line[5:] for line in status.splitlines() if line.startswith("exit ")]
+        exit_code = int(exits[0]) if exits and not (timed_out or overflowed) else None
         chunks = [bytes(buffer).decode("utf-8", "replace") for buffer in streams.values()]
         return ExecutionResult(
             exit_code=exit_code,
             stdout=chunks[0],
             stderr=chunks[1],
-            report=chunks[2] if report_read >= 0 else "",
+            report=chunks[2] if report_channel else "",
             timed_out=timed_out,
             output_limit_exceeded=overflowed,
             wall_seconds=time.monotonic() - started,
@@ -396,84 +509,100 @@ class Sandbox:
 
 
 def _collect(
-    process: subprocess.Popen,
+    ours: dict[str, int],
     stdin: bytes,
     streams: dict[int, bytearray],
+    status_buffer: bytearray,
     started: float,
     limits: SandboxLimits,
-    control_write: int,
 ) -> tuple[bool, bool]:
-    """Feed stdin, read every stream until EOF, enforcing wall time and output cap.
+    """Feed stdin, read the output streams and the status pipe until EOF, within wall
+    time and output cap.
 
-    Returns (timed_out, output_limit_exceeded). Either way the keeper is reaped, which
-    (see `_ChildSetup._keep`) means no process of the sandbox is left; `control_write`
-    is closed.
+    Returns (timed_out, output_limit_exceeded). EOF on the status pipe means the keeper
+    exited (the sandbox is empty); a program that closes its output still runs until then.
     """
     deadline = started + limits.wall_seconds
     timed_out = overflowed = False
     selector = selectors.DefaultSelector()
-    for fd in streams:
+    status_fd = ours["status"]
+    for fd in [*streams, status_fd]:
         os.set_blocking(fd, False)
         selector.register(fd, selectors.EVENT_READ)
-    assert process.stdin is not None
     pending_input = memoryview(stdin)
+    stdin_fd = ours.pop("stdin")
     if pending_input:
-        os.set_blocking(process.stdin.fileno(), False)
-        selector.register(process.stdin.fileno(), selectors.EVENT_WRITE)
+        os.set_blocking(stdin_fd, False)
+        selector.register(stdin_fd, selectors.EVENT_WRITE)
     else:
-        process.stdin.close()
+        os.close(stdin_fd)
     total = 0
     try:
-        while selector.get_map():
+        while selector.get_map() and not overflowed:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 timed_out = True
                 break
             for key, _ in selector.select(remaining):
-                if key.fd in streams:
-                    try:
-                        data = os.read(key.fd, 65536)
-                    except BlockingIOError:
-                        continue
+                if key.fd == status_fd:
+                    data = os.read(status_fd, 4096)
+                    status_buffer += data
+                    if not data:
+                        selector.unregister(status_fd)
+                    continue
+                if key.fd != stdin_fd:
+                    data = os.read(key.fd, 65536)
                     if not data:
                         selector.unregister(key.fd)
                         continue
                     keep = max(0, min(len(data), limits.max_output_bytes - total))
                     streams[key.fd] += data[:keep]
                     total += len(data)
-                    if total > limits.max_output_bytes:
-                        overflowed = True
+                    overflowed = total > limits.max_output_bytes
+                    if overflowed:
                         break
-                else:
-                    try:
-                        written = os.write(key.fd, pending_input[:65536])
-                    except (BrokenPipeError, BlockingIOError) as error:
-                        written = 0 if isinstance(error, BlockingIOError) else len(pending_input)
-                    pending_input = pending_input[written:]
-                    if not pending_input:
-                        selector.unregister(key.fd)
-                        process.stdin.close()
-            if overflowed:
-                break
-        if not (timed_out or overflowed):
-            try:
-                process.wait(timeout=max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                timed_out = True
+                    continue
+                try:
+                    written = os.write(stdin_fd, pending_input[:65536])
+                except BrokenPipeError:  # the program stopped reading: drop the rest
+                    written = len(pending_input)
+                pending_input = pending_input[written:]
+                if not pending_input:
+                    selector.unregister(stdin_fd)
+                    os.close(stdin_fd)
     finally:
+        if stdin_fd in selector.get_map():
+            os.close(stdin_fd)
         selector.close()
-        os.close(control_write)  # tells the keeper to kill pid 1, if it still runs
-        try:
-            process.wait(timeout=KEEPER_GRACE_SECONDS)
-        except subprocess.TimeoutExpired:
-            # Never seen; the keeper's group holds pid 1 too, whose death empties the namespace.
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-        for pipe in (process.stdin, process.stdout, process.stderr):
-            if pipe is not None and not pipe.closed:
-                pipe.close()
     return timed_out, overflowed
+
+
+def _finish(ours: dict[str, int], keeper: int, status: bytearray) -> str:
+    """Make sure the sandbox is empty; return the status pipe's text. Closes our pipes.
+
+    Closing the control pipe tells the keeper to kill pid 1 if it still runs; the status
+    pipe's EOF means the keeper exited, which it does only once the namespace is empty.
+    """
+    os.close(ours.pop("control"))
+    status_fd = ours.pop("status")
+    deadline = time.monotonic() + KEEPER_GRACE_SECONDS
+    with selectors.DefaultSelector() as selector:
+        selector.register(status_fd, selectors.EVENT_READ)
+        while time.monotonic() < deadline:
+            if selector.select(deadline - time.monotonic()):
+                data = os.read(status_fd, 4096)
+                if not data:
+                    break
+                status += data
+        else:
+            # Never seen; the keeper's session holds pid 1 too, whose death empties the
+            # namespace.
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(keeper, signal.SIGKILL)
+    os.close(status_fd)
+    for fd in ours.values():
+        os.close(fd)
+    return status.decode("utf-8", "replace")
 
 
 @cache
@@ -530,3 +659,7 @@ def _shared_network_namespace() -> int:
     finally:
         os.kill(holder, signal.SIGKILL)
         os.waitpid(holder, 0)
+
+
+if __name__ == "__main__":
+    _serve_forks(int(sys.argv[1]))
