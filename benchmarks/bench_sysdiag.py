@@ -4,7 +4,8 @@ Plays uniformly random admissible commands (the mix an exploring policy sends: r
 diagnostics, kills, restarts, reboots) over seeded episodes of every fault family, and
 times `env.step` alone, `env.reset` alone, and both together. The process is pinned to
 one core; rates are given per CPU-second of this process (what one core delivers, and
-stable when other jobs share the machine) and per wall-clock second.
+stable when other jobs share the machine) and per wall-clock second. Also prints the
+scripted expert's and the random agent's success over seeds 0-199 (the README's figures).
 
     .venv/bin/python -m benchmarks.bench_sysdiag [--steps 200000]
 """
@@ -16,6 +17,8 @@ import os
 import random
 import time
 
+from agents.base import Agent, ExpertAgent, RandomAgent
+from agents.episode import play_episode
 from envs.sysdiag.env import SysDiagEnv
 
 TARGET_STEPS_PER_SECOND = 20_000
@@ -51,6 +54,14 @@ def measure(total_steps: int, seed: int = 0) -> dict[str, float]:
     }
 
 
+def success_and_return(agent: Agent, seeds: range) -> tuple[int, float]:
+    """(episodes solved, mean return) of `agent` over `seeds`."""
+    env = SysDiagEnv()
+    trajectories = [play_episode(env, agent, seed=seed) for seed in seeds]
+    solved = sum(t.success for t in trajectories)
+    return solved, sum(t.total_return for t in trajectories) / len(trajectories)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=200_000, help="env steps to time")
@@ -70,6 +81,13 @@ def main() -> None:
     print(f"  step + reset, overall : {figures['overall_steps_per_cpu_second']:>9,.0f} steps/CPU-s")
     met = figures["steps_per_cpu_second"] >= TARGET_STEPS_PER_SECOND
     print("  target met" if met else "  target MISSED")
+    seeds = range(200)
+    for agent in (ExpertAgent(), RandomAgent(seed=0)):
+        solved, mean_return = success_and_return(agent, seeds)
+        print(
+            f"  {agent.name:<6} agent, seeds 0-199: solved {solved}/{len(seeds)}, "
+            f"mean return {mean_return:.3f}"
+        )
 
 
 if __name__ == "__main__":

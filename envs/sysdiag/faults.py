@@ -103,9 +103,12 @@ def _journal(host: Host, service: Service, minutes_ago: float, message: str) -> 
 
 
 def _fail_unit(host: Host, service: Service, minutes_ago: float, error: str) -> None:
-    """Leave `service` failed, as if systemd's last start attempt logged `error`."""
+    """Leave `service` failed, as if it was stopped cleanly (its pid file removed) and
+    systemd's next start attempt logged `error`."""
     for pid in [p.pid for p in host.procs.values() if p.unit == service.unit]:
         del host.procs[pid]
+    if service.pid_file:
+        host.files.pop(service.pid_file, None)
     when = host.now - timedelta(minutes=minutes_ago)
     pid = host.alloc_pid()
     for ident, message in (
@@ -306,6 +309,10 @@ class CrashedService(Fault):
             minutes,
             f"pid file {self.pid_file} already exists; is another "
             "instance running? Refusing to start",
+        )
+        # The crash skipped the daemon's cleanup: its pid file outlives it.
+        host.files[self.pid_file] = File(
+            8, 0o644, "root", "root", host.now - timedelta(minutes=minutes), f"{crashed_pid}\n"
         )
         host.dmesg.append(
             (

@@ -440,7 +440,9 @@ class Host:
     def stop(self, service: Service) -> None:
         for pid in [p.pid for p in self.procs.values() if p.unit == service.unit]:
             del self.procs[pid]
-        if service.pid_file:
+        # A running daemon removes its pid file on a clean stop; a crashed one is not
+        # there to do it, so a stale pid file survives `systemctl stop/restart`.
+        if service.pid_file and service.state == "active":
             self.files.pop(service.pid_file, None)
         self._release_deleted(service.unit)
         if service.state == "active":
