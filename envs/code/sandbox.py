@@ -4,16 +4,16 @@ Every execution runs as its own process tree, isolated by Linux primitives (the 
 ones container runtimes use), set up between `fork` and `exec`:
 
     harness ──request + pipes──> fork server (small, single-threaded, started once)
-                                   └─fork──> keeper (host pid namespace, own session)
-                                               │ unshare(NEWNS | NEWPID), join an empty
-                                               │ network namespace, mount tree read-only
-                                               └─fork──> pid 1 of a fresh pid namespace
-                                                           /tmp: private size-capped tmpfs (cwd)
-                                                           /proc: fresh, this namespace only
-                                                           rlimits: CPU, memory, file size,
-                                                             processes, open files
-                                                           uid/gid: random, owns nothing
-                                                           exec python -S -B -c <program>
+                                   │ unshare(NEWPID) for the next child only
+                                   └─fork──> pid 1 of a fresh pid namespace, own session
+                                               joins an empty network namespace
+                                               unshare(NEWNS): whole mount tree read-only,
+                                                 /tmp a private size-capped tmpfs (cwd),
+                                                 /proc fresh (this namespace only)
+                                               rlimits: CPU, memory, file size,
+                                                 processes, open files
+                                               uid/gid: random, owns nothing
+                                               exec python -S -B -c <program>
 
 - No network: the network namespace has only a downed loopback, so every connect fails
   (ENETUNREACH); tests check it.
@@ -22,12 +22,12 @@ ones container runtimes use), set up between `fork` and `exec`:
 - No inherited secrets: the environment is rebuilt from scratch (`MINIMAL_ENV`), the
   fresh /proc shows only the sandbox's own processes, and the uid cannot read other
   users' /proc entries anyway.
-- The whole tree dies together: at a limit the harness closes the keeper's control
-  pipe, the keeper kills pid 1, and the kernel kills every process of a pid namespace
-  whose init exits, including any that called `setsid` to leave the process group; pid
-  1's exit reaches the keeper only once the namespace is empty, and the keeper reports
-  it on the status pipe only then, so an execution never returns with a process left.
-  `PR_SET_PDEATHSIG` ties pid 1 to the keeper and the fork server to the harness.
+- The whole tree dies together: at a limit the harness closes the execution's control
+  pipe, the fork server kills pid 1, and the kernel kills every process of a pid
+  namespace whose init exits, including any that called `setsid` to leave the process
+  group; pid 1 can be reaped only once its namespace is empty, and the server reports
+  the exit on the status pipe only then, so an execution never returns with a process
+  left. `PR_SET_PDEATHSIG` ties pid 1 to the server and the server to the harness.
 - A fresh random uid per execution makes RLIMIT_NPROC (a per-uid count) count only this
   sandbox's processes, so a fork bomb is capped without touching other users' processes,
   and the sandbox cannot signal any process of the host (different uid: EPERM).
@@ -55,7 +55,6 @@ import json
 import os
 import random
 import resource
-import select
 import selectors
 import signal
 import socket
@@ -85,7 +84,7 @@ AT_FDCWD = -100
 AT_RECURSIVE = 0x8000
 SYS_MOUNT_SETATTR = 442  # same number on every architecture (unified syscall table)
 PR_SET_PDEATHSIG = 1
-# How long the keeper may take to empty the namespace after being told to.
+# How long the fork server may take to empty a namespace after being told to.
 KEEPER_GRACE_SECONDS = 5.0
 # The report pipe's descriptor in the program; requests above this size are refused
 # (execve caps one argument at 128 KiB anyway).
@@ -235,42 +234,42 @@ def _mount(source: str, target: str, fstype: str | None, flags: int, data: str |
 
 
 class _Launch:
-    """What the fork server's child does for one execution; never returns.
+    """What the fork server's child, pid 1 of a fresh pid namespace, does; never returns.
 
-    Runs in the keeper-to-be (a fresh child of the fork server) with the request's
-    descriptors: stdin, stdout, stderr, control (read end), status (write end), and the
-    report pipe (write end) when asked for. Setup failures are written to the status pipe
-    as `error <text>` lines; the keeper writes `exit <code>` once pid 1 is gone.
+    Gets the request's descriptors: stdin, stdout, stderr, and the report pipe's write
+    end when asked for (the server keeps control and status). Setup failures go to the
+    status pipe as an `error <text>` line, which the harness raises.
     """
 
-    def __init__(self, request: dict[str, Any], fds: list[int]) -> None:
+    def __init__(self, request: dict[str, Any], fds: list[int], status_fd: int) -> None:
         self.argv: list[str] = request["argv"]
         self.env: dict[str, str] = request["env"]
         self.limits = SandboxLimits(**request["limits"])
         self.uid: int = request["uid"]
         self.fds = fds
+        self.status_fd = status_fd
         self.libc = _libc()
 
     def __call__(self) -> None:
-        status_fd = -1
+        status_fd = self.status_fd
         try:
-            signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the server ignores it
-            # Park the received descriptors high, then place them at 0, 1, 2 (and 3).
-            # (The network namespace too: its descriptor may sit where stdio goes.)
+            _check(self.libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl")
+            # Park every descriptor we need high, then place stdio at 0, 1, 2 (report at 3):
+            # any of them may sit where another must go.
             network_fd = fcntl.fcntl(_shared_network_namespace(), fcntl.F_DUPFD_CLOEXEC, 16)
+            status_fd = fcntl.fcntl(self.status_fd, fcntl.F_DUPFD_CLOEXEC, 16)
             parked = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 16) for fd in self.fds]
-            stdin, stdout, stderr, control_fd, status_fd = parked[:5]
-            for target, fd in enumerate([stdin, stdout, stderr, *parked[5:]]):
+            for target, fd in enumerate(parked):
                 os.dup2(fd, target)  # dup2 targets are inheritable: they survive exec
-            first_free = 3 + len(parked[5:])
-            keep = (control_fd, status_fd, network_fd)
+            first_free = len(parked)
+            # Nothing of the server's (its channel, other executions' pipes) may leak in.
             for fd in os.listdir("/proc/self/fd"):
-                if int(fd) >= first_free and int(fd) not in keep:
+                if int(fd) >= first_free and int(fd) not in (status_fd, network_fd):
                     with contextlib.suppress(OSError):
                         os.close(int(fd))
             os.setsid()
             _check(self.libc.setns(network_fd, CLONE_NEWNET), "setns network")
-            _check(self.libc.unshare(CLONE_NEWNS | CLONE_NEWPID), "unshare")
+            _check(self.libc.unshare(CLONE_NEWNS), "unshare mount namespace")
             # Private propagation first, so nothing below leaks back to the host's mounts.
             _mount("none", "/", None, MS_REC | MS_PRIVATE, None)
             prefix, hidden_ancestor = _interpreter_exposure()
@@ -288,9 +287,6 @@ class _Launch:
                 ),
                 "mount_setattr read-only",
             )
-            pid = os.fork()
-            if pid:
-                self._keep(pid, control_fd, status_fd, first_free)
             self._enter_namespace()
             os.closerange(first_free, os.sysconf("SC_OPEN_MAX"))
             os.execve(self.argv[0], self.argv, self.env)
@@ -304,30 +300,9 @@ class _Launch:
         finally:
             os._exit(127)
 
-    def _keep(self, pid: int, control_fd: int, status_fd: int, first_free: int) -> None:
-        """Keeper: wait for pid 1, or kill it when the harness says so; report its exit.
-
-        Any byte or EOF on the control pipe (the harness hit a limit, or died) kills pid 1.
-        Its exit is reported only once every process of the namespace is gone. Never
-        returns.
-        """
-        code = 127
-        try:
-            os.closerange(0, first_free)  # the program's stdio and report pipe are its own
-            pid_fd = os.pidfd_open(pid)
-            ready, _, _ = select.select([pid_fd, control_fd], [], [])
-            if control_fd in ready:
-                os.kill(pid, signal.SIGKILL)
-            _, status = os.waitpid(pid, 0)
-            code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status)
-            os.write(status_fd, f"exit {code}\n".encode())
-        finally:
-            os._exit(code)
-
     def _enter_namespace(self) -> None:
         limits = self.limits
-        _check(self.libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl")
-        for name in (signal.SIGPIPE, signal.SIGXFSZ):  # Python's own settings, not the program's
+        for name in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGCHLD):  # Python's, not ours
             signal.signal(name, signal.SIG_DFL)
         _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
         _mount(
@@ -366,25 +341,76 @@ def _expose_interpreter(prefix: str, hidden_ancestor: str) -> None:
     os.close(prefix_fd)
 
 
+@dataclass(frozen=True)
+class _Running:
+    """One execution the fork server watches: pid 1's host pid and the harness's pipes."""
+
+    pid: int
+    pid_fd: int
+    control_fd: int
+    status_fd: int
+
+
 def _serve_forks(socket_fd: int) -> None:
-    """The fork server's loop: one request (JSON + descriptors) in, one keeper pid out."""
-    _check(_libc().prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl")
+    """The fork server: start executions on request, kill them on command, report exits.
+
+    Each request (JSON + descriptors: stdin, stdout, stderr, control, status, [report])
+    gets a child that is pid 1 of a new pid namespace (`_Launch`); the reply is its pid.
+    Any byte or EOF on an execution's control pipe (the harness hit a limit, or died)
+    kills its pid 1. Its exit is written to the status pipe, as `exit <code>`, once pid 1
+    is reaped -- which the kernel allows only after every process of its namespace is gone.
+    """
+    libc = _libc()
+    _check(libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl")
     _shared_network_namespace()  # created once, before the first request
-    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # keepers are reaped by the kernel
+    own_pid_namespace = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
     channel = socket.socket(fileno=socket_fd)
+    selector = selectors.DefaultSelector()
+    selector.register(channel, selectors.EVENT_READ)
+    by_pid_fd: dict[int, _Running] = {}
+    by_control_fd: dict[int, _Running] = {}
     while True:
-        try:
-            message, fds, _, _ = socket.recv_fds(channel, MAX_REQUEST_BYTES, 8)
-        except OSError:
-            return
-        if not message:
-            return  # the harness closed its end
-        pid = os.fork()
-        if pid == 0:
-            _Launch(json.loads(message), fds)()
-        for fd in fds:
-            os.close(fd)
-        channel.send(str(pid).encode())
+        for key, _ in selector.select():
+            if key.fileobj is channel:
+                try:
+                    message, fds, _, _ = socket.recv_fds(channel, MAX_REQUEST_BYTES, 8)
+                except OSError:
+                    return
+                if not message:
+                    return  # the harness closed its end
+                *child_fds, control_fd, status_fd = fds[:3] + fds[5:] + fds[3:5]
+                # A fresh pid namespace for the next child only; then back to our own.
+                _check(libc.setns(own_pid_namespace, CLONE_NEWPID), "setns pid")
+                _check(libc.unshare(CLONE_NEWPID), "unshare pid namespace")
+                pid = os.fork()
+                if pid == 0:
+                    _Launch(json.loads(message), child_fds, status_fd)()
+                _check(libc.setns(own_pid_namespace, CLONE_NEWPID), "setns pid")
+                for fd in child_fds:
+                    os.close(fd)
+                running = _Running(pid, os.pidfd_open(pid), control_fd, status_fd)
+                by_pid_fd[running.pid_fd] = by_control_fd[control_fd] = running
+                selector.register(running.pid_fd, selectors.EVENT_READ)
+                selector.register(control_fd, selectors.EVENT_READ)
+                channel.send(str(pid).encode())
+            elif key.fd in by_control_fd:
+                running = by_control_fd.pop(key.fd)
+                selector.unregister(key.fd)
+                os.close(key.fd)
+                with contextlib.suppress(ProcessLookupError):  # unreaped: the pid is still ours
+                    os.kill(running.pid, signal.SIGKILL)
+            else:
+                running = by_pid_fd.pop(key.fd)
+                _, status = os.waitpid(running.pid, 0)
+                code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status)
+                with contextlib.suppress(OSError):
+                    os.write(running.status_fd, f"exit {code}\n".encode())
+                selector.unregister(running.pid_fd)
+                os.close(running.pid_fd)
+                os.close(running.status_fd)
+                if by_control_fd.pop(running.control_fd, None) is not None:
+                    selector.unregister(running.control_fd)
+                    os.close(running.control_fd)
 
 
 class _ForkServer:
@@ -403,7 +429,7 @@ class _ForkServer:
         theirs.close()
 
     def launch(self, request: dict[str, Any], fds: list[int]) -> int:
-        """Start one execution; returns the keeper's pid."""
+        """Start one execution; returns its pid 1's host pid."""
         message = json.dumps(request).encode()
         if len(message) > MAX_REQUEST_BYTES:
             raise ValueError(
@@ -479,7 +505,7 @@ class Sandbox:
         ours = {n: pipes[n][1] if n in ("stdin", "control") else pipes[n][0] for n in names}
         started = time.monotonic()
         try:
-            keeper = _fork_server().launch(request, child_ends)
+            pid = _fork_server().launch(request, child_ends)
         except BaseException:
             for fd in ours.values():
                 os.close(fd)
@@ -490,7 +516,7 @@ class Sandbox:
         streams = {ours[n]: bytearray() for n in ("stdout", "stderr", "report") if n in ours}
         status_buffer = bytearray()
         timed_out, overflowed = _collect(ours, stdin, streams, status_buffer, started, self.limits)
-        status = _finish(ours, keeper, status_buffer)
+        status = _finish(ours, pid, status_buffer)
         errors = [line[6:] for line in status.splitlines() if line.startswith("error ")]
         if errors:
             raise SandboxUnavailableError(f"sandbox setup failed: {errors[0]}")
@@ -519,8 +545,8 @@ def _collect(
     """Feed stdin, read the output streams and the status pipe until EOF, within wall
     time and output cap.
 
-    Returns (timed_out, output_limit_exceeded). EOF on the status pipe means the keeper
-    exited (the sandbox is empty); a program that closes its output still runs until then.
+    Returns (timed_out, output_limit_exceeded). EOF on the status pipe means pid 1 was
+    reaped (the sandbox is empty); a program that closes its output still runs until then.
     """
     deadline = started + limits.wall_seconds
     timed_out = overflowed = False
@@ -577,11 +603,11 @@ def _collect(
     return timed_out, overflowed
 
 
-def _finish(ours: dict[str, int], keeper: int, status: bytearray) -> str:
+def _finish(ours: dict[str, int], pid: int, status: bytearray) -> str:
     """Make sure the sandbox is empty; return the status pipe's text. Closes our pipes.
 
-    Closing the control pipe tells the keeper to kill pid 1 if it still runs; the status
-    pipe's EOF means the keeper exited, which it does only once the namespace is empty.
+    Closing the control pipe tells the fork server to kill pid 1 if it still runs; the
+    status pipe's EOF means the server reaped it, possible only once the namespace is empty.
     """
     os.close(ours.pop("control"))
     status_fd = ours.pop("status")
@@ -595,10 +621,10 @@ def _finish(ours: dict[str, int], keeper: int, status: bytearray) -> str:
                     break
                 status += data
         else:
-            # Never seen; the keeper's session holds pid 1 too, whose death empties the
-            # namespace.
+            # Never seen: the server is stuck. Pid 1 leads its own session; its death
+            # empties the namespace.
             with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(keeper, signal.SIGKILL)
+                os.killpg(pid, signal.SIGKILL)
     os.close(status_fd)
     for fd in ours.values():
         os.close(fd)
