@@ -154,6 +154,12 @@ def _row_cost_bytes(model: PreTrainedModel, length: int, num_actions: int) -> in
     return 4 * (length * hidden * 8 + heads * length * length + num_actions * vocab * 6)
 
 
+def _cache_cost_bytes(model: PreTrainedModel, length: int) -> int:
+    """Upper bound on the KV cache of one shared prefix, repeated for both views."""
+    config = model.config
+    return 4 * 2 * 2 * config.num_hidden_layers * config.hidden_size * length
+
+
 def _chunks(costs: Sequence[int], order: Sequence[int], budget: int) -> Iterator[list[int]]:
     """Greedy consecutive chunks of `order` whose summed cost stays under `budget`.
 
@@ -247,6 +253,77 @@ def jensen_shannon(log_p: torch.Tensor, log_q: torch.Tensor) -> torch.Tensor:
     return (0.5 * (kl_pm + kl_qm) / LN2).clamp(0.0, 1.0)
 
 
+def shared_prefix_length(causal: TeacherForced, hindsight: TeacherForced) -> int:
+    """Tokens both contexts start with, leaving each at least one context token after it
+    (the position that predicts the first action token must be recomputed per view)."""
+    limit = min(len(causal.context_ids), len(hindsight.context_ids)) - 1
+    length = 0
+    while length < limit and causal.context_ids[length] == hindsight.context_ids[length]:
+        length += 1
+    return length
+
+
+def _paired_log_softmax(
+    loaded: LoadedModel, pairs: Sequence[tuple[TeacherForced, TeacherForced]]
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Both views of each step, their common prompt prefix computed once.
+
+    The hindsight block sits just before the instruction (`agents.prompts`), so the two
+    views of a step share most of their prompt. One batched forward over the shared
+    prefixes fills a KV cache; the cache is repeated per view and one batched forward over
+    the 2B suffixes (explicit position ids, the prefix padding masked) gives the action
+    distributions. Every pair needs a shared prefix of >= 1 token.
+
+    Returns:
+        per pair, (causal, hindsight) float32 log-softmax, each [A_r, V].
+    """
+    model = loaded.model
+    device = model.get_output_embeddings().weight.device
+    pad_id = loaded.tokenizer.pad_token_id if loaded.tokenizer.pad_token_id is not None else 0
+    prefix_lengths = [shared_prefix_length(c, h) for c, h in pairs]
+    prefix_ids = torch.full((len(pairs), max(prefix_lengths)), pad_id, dtype=torch.long)
+    prefix_mask = torch.zeros_like(prefix_ids)
+    for row, ((causal_item, _), length) in enumerate(zip(pairs, prefix_lengths, strict=True)):
+        prefix_ids[row, :length] = torch.tensor(causal_item.context_ids[:length])
+        prefix_mask[row, :length] = 1
+    cache = model(
+        input_ids=prefix_ids.to(device),
+        attention_mask=prefix_mask.to(device),
+        use_cache=True,
+        logits_to_keep=1,
+    ).past_key_values
+    cache.batch_repeat_interleave(2)  # rows become [causal 0, hindsight 0, causal 1, ...]
+    suffixes = [
+        (view, length)
+        for (causal_item, hindsight_item), length in zip(pairs, prefix_lengths, strict=True)
+        for view in (causal_item, hindsight_item)
+    ]
+    width = max(view.length - length for view, length in suffixes)
+    suffix_ids = torch.full((len(suffixes), width), pad_id, dtype=torch.long)
+    suffix_mask = torch.zeros_like(suffix_ids)
+    keep = torch.zeros((len(suffixes), width), dtype=torch.bool)
+    position_ids = torch.zeros_like(suffix_ids)
+    for row, (view, length) in enumerate(suffixes):
+        tokens = view.context_ids[length:] + view.action_ids
+        suffix_ids[row, : len(tokens)] = torch.tensor(tokens)
+        suffix_mask[row, : len(tokens)] = 1
+        first = len(view.context_ids) - length - 1  # predicts the first action token
+        keep[row, first : first + len(view.action_ids)] = True
+        position_ids[row] = length + torch.arange(width)
+    attention_mask = torch.cat([prefix_mask.repeat_interleave(2, dim=0), suffix_mask], dim=1)
+    logits = model(
+        input_ids=suffix_ids.to(device),
+        attention_mask=attention_mask.to(device),
+        position_ids=position_ids.to(device),
+        past_key_values=cache,
+        use_cache=True,
+        logits_to_keep=keep.to(device),
+    ).logits
+    log_probs = torch.log_softmax(logits.float(), dim=-1)
+    rows = torch.split(log_probs, [len(view.action_ids) for view, _ in suffixes])
+    return [(rows[2 * r], rows[2 * r + 1]) for r in range(len(pairs))]
+
+
 def score_divergence(
     loaded: LoadedModel,
     causal: Sequence[TeacherForced],
@@ -255,9 +332,10 @@ def score_divergence(
 ) -> list[PairedScores]:
     """Score both views of every step and the per-token JSD of their next-token distributions.
 
-    Views are paired by index and must carry the same action ids. Each chunk runs one
-    causal and one hindsight forward over the same steps, reduces the [A, V]
-    distributions to per-token values and frees them before the next chunk.
+    Views are paired by index and must carry the same action ids. Each chunk scores both
+    views of its steps (sharing their common prompt prefix, `_paired_log_softmax`; steps
+    whose views share no prefix get two plain forwards), reduces the [A, V] distributions
+    to per-token values and frees them before the next chunk.
     """
     if len(causal) != len(hindsight):
         raise ValueError(f"{len(causal)} causal views but {len(hindsight)} hindsight views")
@@ -270,6 +348,7 @@ def score_divergence(
     costs = [
         _row_cost_bytes(loaded.model, c.length, len(c.action_ids))
         + _row_cost_bytes(loaded.model, h.length, len(h.action_ids))
+        + _cache_cost_bytes(loaded.model, c.length)
         for c, h in zip(causal, hindsight, strict=True)
     ]
     scored = [index for index, view in enumerate(causal) if view.action_ids]
@@ -278,9 +357,26 @@ def score_divergence(
     )
     with _EvalMode(loaded.model):
         for chunk in _chunks(costs, order, memory_budget_bytes):
-            causal_rows = _action_log_softmax(loaded, [causal[index] for index in chunk])
-            hindsight_rows = _action_log_softmax(loaded, [hindsight[index] for index in chunk])
-            for index, log_p, log_q in zip(chunk, causal_rows, hindsight_rows, strict=True):
+            shared = [i for i in chunk if shared_prefix_length(causal[i], hindsight[i]) > 0]
+            unshared = [i for i in chunk if i not in set(shared)]
+            distributions = (
+                dict(
+                    zip(
+                        shared,
+                        _paired_log_softmax(loaded, [(causal[i], hindsight[i]) for i in shared]),
+                        strict=True,
+                    )
+                )
+                if shared
+                else {}
+            )
+            if unshared:
+                causal_rows = _action_log_softmax(loaded, [causal[i] for i in unshared])
+                hindsight_rows = _action_log_softmax(loaded, [hindsight[i] for i in unshared])
+                distributions.update(
+                    zip(unshared, zip(causal_rows, hindsight_rows, strict=True), strict=True)
+                )
+            for index, (log_p, log_q) in distributions.items():
                 targets = torch.tensor(causal[index].action_ids, device=log_p.device)[:, None]
                 results[index] = PairedScores(
                     causal_logprobs=log_p.gather(1, targets).squeeze(1).cpu().numpy(),

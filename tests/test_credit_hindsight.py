@@ -46,6 +46,44 @@ def test_batched_scoring_equals_one_full_forward_per_sequence(tiny):
             np.testing.assert_allclose(scores, expected, atol=1e-5)
 
 
+def full_forward_log_softmax(tiny, view):
+    ids = torch.tensor([view.context_ids + view.action_ids])
+    with torch.no_grad():
+        log_probs = torch.log_softmax(tiny.model(input_ids=ids).logits[0], -1)
+    start = len(view.context_ids) - 1
+    return log_probs[start : start + len(view.action_ids)]
+
+
+def test_paired_scoring_with_shared_prefix_equals_separate_full_forwards(tiny):
+    action = (60, 61, 62)
+    shared = tuple(range(5, 25))
+    causal = [
+        TeacherForced((*shared, 90, 91), action),  # prefix of 20 shared tokens
+        TeacherForced((*shared[:3], 92), action[:1]),  # short prefix, one action token
+        TeacherForced((7, 8, 9), action),  # no shared prefix: plain forwards
+        TeacherForced(shared, ()),  # nothing to score
+    ]
+    hindsight = [
+        TeacherForced(shared + tuple(range(100, 130)) + (90, 91), action),
+        TeacherForced((*shared[:3], 93, 94, 95, 92), action[:1]),
+        TeacherForced((8, 9, 10, 11), action),
+        TeacherForced((*shared, 1), ()),
+    ]
+    for budget in (1, 1 << 30):
+        scores = score_divergence(tiny, causal, hindsight, memory_budget_bytes=budget)
+        for c, h, score in zip(causal, hindsight, scores, strict=True):
+            log_p, log_q = full_forward_log_softmax(tiny, c), full_forward_log_softmax(tiny, h)
+            targets = torch.tensor(c.action_ids, dtype=torch.long)[:, None]
+            np.testing.assert_allclose(
+                score.causal_logprobs, log_p.gather(1, targets).squeeze(1), atol=1e-5
+            )
+            np.testing.assert_allclose(
+                score.hindsight_logprobs, log_q.gather(1, targets).squeeze(1), atol=1e-5
+            )
+            np.testing.assert_allclose(score.jsd, jensen_shannon(log_p, log_q), atol=1e-5)
+    assert all(score.jsd.size == len(c.action_ids) for c, score in zip(causal, scores, strict=True))
+
+
 def test_scoring_restores_training_mode(tiny):
     model = copy.deepcopy(tiny)
     model.model.train()
