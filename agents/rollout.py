@@ -8,6 +8,8 @@ environments keep stepping: after sending a batch of steps the engine waits for 
 steps, takes whatever resets have finished meanwhile, and acts on all of them in one
 call. A worker that raises, dies or exceeds its timeout loses its episode (logged with
 the reason, listed in `RolloutStats.dropped`) and is replaced; the rest completes.
+Healthy workers stay alive after the call and are reused by the next call with the
+same env id and kwargs (`close_workers` stops them).
 
 Scripted and random agents take the same path; for them the result equals
 `agents.episode.play_episode` episode by episode (tested). Trajectories come back in
@@ -16,6 +18,7 @@ task order, replicas in order, whatever order they finished in.
 
 from __future__ import annotations
 
+import atexit
 import importlib
 import logging
 import multiprocessing as mp
@@ -25,6 +28,7 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
+from multiprocessing.process import BaseProcess
 from typing import Any
 
 import gymnasium as gym
@@ -35,6 +39,13 @@ from agents.parsing import is_valid_action
 from agents.trajectory import Step, Trajectory
 
 logger = logging.getLogger(__name__)
+
+# Idle workers kept between `collect` calls, per env id and kwargs. Starting one costs
+# seconds: besides the env's imports, a forkserver child re-imports the caller's main
+# module (Python 3.11 never preloads it: forkserver looks for a `main_path` key that
+# `spawn.get_preparation_data` does not produce), so a trainer calling `collect` every
+# iteration pays it once, not per iteration. `close_workers` ends them.
+_IDLE_WORKERS: dict[str, list[tuple[BaseProcess, Connection]]] = {}
 
 
 @dataclass(frozen=True)
@@ -166,6 +177,7 @@ def collect(
     options: Sequence[Mapping[str, Any] | None] | None = None,
     reset_timeout_s: float = 300.0,
     step_timeout_s: float = 60.0,
+    reset_grace_s: float = 0.5,
     progress: bool = True,
 ) -> tuple[list[Trajectory], RolloutStats]:
     """Play `group_size` episodes of each task with up to `num_envs` envs at once.
@@ -182,6 +194,8 @@ def collect(
         options: per task, `reset` options (None: none).
         reset_timeout_s: a reset slower than this drops its episode.
         step_timeout_s: a step slower than this drops its episode.
+        reset_grace_s: once one reset is done and no step is outstanding, how long to
+            wait for other resets to join the same batch.
         progress: show a tqdm bar (one tick per finished episode).
     Returns:
         Completed trajectories in task order (replicas in order) and `RolloutStats`.
@@ -207,7 +221,9 @@ def collect(
     context = mp.get_context("forkserver")
     # Workers fork from a server that has imported these once (effective only before
     # the server's first start), instead of paying the torch import in every worker.
-    context.set_forkserver_preload(["__main__", "agents.rollout", "envs"])
+    context.set_forkserver_preload(["agents.rollout", "envs"])
+    env_kwargs = dict(env_kwargs or {})
+    idle = _IDLE_WORKERS.setdefault(f"{env_id}|{sorted(env_kwargs.items())!r}", [])
     slots = [_Slot() for _ in range(min(num_envs, num_episodes))]
     finished: dict[int, Trajectory] = {}
     dropped: list[str] = []
@@ -262,7 +278,7 @@ def collect(
             for slot in slots:
                 if slot.episode is None and queue:
                     if slot.process is None:
-                        _start_worker(slot, context, env_id, dict(env_kwargs or {}))
+                        _take_worker(slot, idle, context, env_id, env_kwargs)
                     slot.episode = queue.popleft()
                     send(slot, ("reset", slot.episode.seed, slot.episode.options), reset_timeout_s)
             ready = [slot for slot in slots if slot.ready]
@@ -284,11 +300,14 @@ def collect(
                 if queue:
                     continue
                 break
-            _await_replies(busy, receive, drop)
+            _await_replies(busy, receive, drop, reset_grace_s)
     finally:
         bar.close()
         for slot in slots:
-            _stop_worker(slot, graceful=True)
+            if slot.process is not None and slot.process.is_alive() and not slot.pending:
+                idle.append((slot.process, slot.conn))
+            else:
+                _stop_worker(slot)
     trajectories = [finished[order] for order in sorted(finished)]
     all_steps = [step for trajectory in trajectories for step in trajectory.steps]
     stats = RolloutStats(
@@ -310,15 +329,23 @@ def _await_replies(
     busy: list[_Slot],
     receive: Callable[[_Slot], None],
     drop: Callable[[_Slot, str], None],
+    reset_grace_s: float,
 ) -> None:
-    """Wait for replies: all outstanding steps (they are short and form the next batch),
-    else the first finished reset; resets finished meanwhile are taken too. Slots past
-    their deadline are dropped."""
+    """Wait for the replies that form the next batch; drop slots past their deadline.
+
+    With steps outstanding: wait for all of them (steps are short), then take any
+    resets that finished meanwhile. With only resets outstanding: wait for the first,
+    then up to `reset_grace_s` more for the others, so that resets finishing close
+    together share one batched `act` while a slow one does not stall the rest.
+    """
     stepping = [slot for slot in busy if slot.pending == "step"]
-    waiting_for = stepping or busy
+    waiting_for = stepping or list(busy)
+    grace_end = None
     while waiting_for:
-        timeout = max(0.0, min(slot.deadline for slot in waiting_for) - time.monotonic())
-        ready_conns = wait([slot.conn for slot in waiting_for], timeout=timeout)
+        limit = min(slot.deadline for slot in waiting_for)
+        if grace_end is not None:
+            limit = min(limit, grace_end)
+        ready_conns = wait([slot.conn for slot in waiting_for], timeout=limit - time.monotonic())
         now = time.monotonic()
         for slot in list(waiting_for):
             if slot.conn in ready_conns:
@@ -328,15 +355,29 @@ def _await_replies(
                 drop(slot, f"timeout: no reply to {slot.pending} within the limit")
                 waiting_for.remove(slot)
         if not stepping:
-            break  # one reset is enough to act on
+            if grace_end is None and any(slot.ready for slot in busy):
+                grace_end = now + reset_grace_s
+            if grace_end is not None and now >= grace_end:
+                break
     for slot in busy:
         if slot.pending and slot.conn.poll():
             receive(slot)
 
 
-def _start_worker(
-    slot: _Slot, context: mp.context.BaseContext, env_id: str, env_kwargs: dict[str, Any]
+def _take_worker(
+    slot: _Slot,
+    idle: list[tuple[BaseProcess, Connection]],
+    context: mp.context.BaseContext,
+    env_id: str,
+    env_kwargs: dict[str, Any],
 ) -> None:
+    """Give `slot` an idle worker of the same env and kwargs, or start a new one."""
+    while idle:
+        process, conn = idle.pop()
+        if process.is_alive():
+            slot.process, slot.conn = process, conn
+            return
+        conn.close()
     parent_conn, child_conn = context.Pipe()
     process = context.Process(
         target=_worker_main, args=(child_conn, env_id, env_kwargs), daemon=True
@@ -346,21 +387,34 @@ def _start_worker(
     slot.process, slot.conn = process, parent_conn
 
 
-def _stop_worker(slot: _Slot, graceful: bool = False) -> None:
-    """Close a worker: ask it to exit when `graceful`, kill it otherwise (hung or broken)."""
+def _stop_worker(slot: _Slot) -> None:
+    """Kill a slot's worker (hung, broken, or mid-command) and forget it."""
     if slot.process is None:
         return
-    if graceful and slot.process.is_alive() and not slot.pending:
-        try:
-            slot.conn.send(("close",))
-            slot.process.join(timeout=5)
-        except (BrokenPipeError, OSError):
-            pass  # already gone; killed below if still alive
     if slot.process.is_alive():
         slot.process.kill()
         slot.process.join(timeout=5)
     slot.conn.close()
     slot.process, slot.conn = None, None
+
+
+def close_workers() -> None:
+    """Stop every idle worker kept for reuse between `collect` calls (runs at exit too)."""
+    for workers in _IDLE_WORKERS.values():
+        for process, conn in workers:
+            try:
+                conn.send(("close",))
+                process.join(timeout=5)
+            except (BrokenPipeError, OSError):
+                pass  # already gone; killed below if still alive
+            if process.is_alive():
+                process.kill()
+                process.join(timeout=5)
+            conn.close()
+    _IDLE_WORKERS.clear()
+
+
+atexit.register(close_workers)
 
 
 def _agent_input(episode: _Episode) -> AgentInput:

@@ -6,7 +6,7 @@ import pytest
 import tests.rollout_envs  # noqa: F401  (registers Corridor-v0 in this process)
 from agents.base import ExpertAgent, RandomAgent
 from agents.episode import play_episode
-from agents.rollout import collect
+from agents.rollout import _IDLE_WORKERS, close_workers, collect
 from tests.registry_kwargs import REGISTRY_KWARGS
 
 CORRIDOR = "tests.rollout_envs:Corridor-v0"
@@ -87,3 +87,14 @@ def test_alfworld_expert_rollouts_equal_play_episode():
         assert trajectory == play_episode(
             env, ExpertAgent(), trajectory.seed, group_id=trajectory.group_id
         )
+
+
+def test_workers_are_reused_across_calls_and_closed_on_request():
+    first, _ = collect(CORRIDOR, ExpertAgent(), [7, 8], num_envs=2, progress=False)
+    processes = [process for workers in _IDLE_WORKERS.values() for process, _ in workers]
+    assert len(processes) >= 2 and all(process.is_alive() for process in processes)
+    second, _ = collect(CORRIDOR, ExpertAgent(), [7, 8], num_envs=2, progress=False)
+    assert first == second
+    assert {p.pid for ws in _IDLE_WORKERS.values() for p, _ in ws} == {p.pid for p in processes}
+    close_workers()
+    assert not _IDLE_WORKERS and not any(process.is_alive() for process in processes)

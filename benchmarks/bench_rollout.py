@@ -1,0 +1,82 @@
+"""Rollout throughput: generated tokens per second against batch size (issue 5, item 6).
+
+Plays the same `--tasks` SysDiag episodes with `agents.rollout.collect` at each batch
+size (= parallel environments) and prints generated tokens per second of generation
+(time inside `agent.act`) and per second of the whole rollout (wall clock, env workers
+included), each with its ratio to batch size 1 (sequential generation). Sampling is
+seeded per episode (`AgentInput.episode_key`), so every batch size generates the same
+tokens and the ratios compare equal work. Target: >= 4x generation at batch 8 on CPU.
+
+    python -m benchmarks.bench_rollout            # smollm2-135m, batch sizes 1 4 8 16
+    python -m benchmarks.bench_rollout --model tiny --batch-sizes 1 8
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+
+import torch
+
+from agents.llm import LLMAgent
+from agents.models import ModelUnavailableError, load_model
+from agents.rollout import collect
+from envs import SHORT_NAMES
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="smollm2-135m", help="model name or path")
+    parser.add_argument("--env", default="sysdiag", choices=sorted(SHORT_NAMES))
+    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 4, 8, 16])
+    parser.add_argument("--tasks", type=int, default=16, help="episodes per batch size")
+    parser.add_argument("--max-steps", type=int, default=1, help="env steps per episode")
+    parser.add_argument("--max-new-tokens", type=int, default=48)
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    args = parser.parse_args()
+    if min(args.batch_sizes) < 1 or args.tasks < 1:
+        parser.error("batch sizes and --tasks must be >= 1")
+    logging.basicConfig(level=logging.WARNING)
+    torch.set_num_threads(args.threads)
+    try:
+        loaded = load_model(args.model)
+    except ModelUnavailableError as error:
+        parser.exit(1, f"error: {error}\n")
+    env_id = SHORT_NAMES[args.env]
+    print(
+        f"model={args.model} env={env_id} tasks={args.tasks} max_steps={args.max_steps} "
+        f"max_new_tokens={args.max_new_tokens} threads={args.threads}"
+    )
+    print(
+        f"{'batch':>5} {'tokens':>7} {'gen s':>7} {'gen tok/s':>9} {'gen ratio':>9} "
+        f"{'wall s':>7} {'wall tok/s':>10} {'wall ratio':>10}"
+    )
+    baselines: tuple[float, float] | None = None
+    for batch_size in args.batch_sizes:
+        agent = LLMAgent(loaded, max_new_tokens=args.max_new_tokens, seed=0)
+        _, stats = collect(
+            env_id,
+            agent,
+            seeds=list(range(args.tasks)),
+            num_envs=batch_size,
+            env_kwargs={"max_steps": args.max_steps},
+            progress=False,
+        )
+        generation_rate = stats.tokens_generated / stats.agent_seconds
+        wall_rate = stats.tokens_per_second
+        if batch_size == 1:
+            baselines = (generation_rate, wall_rate)
+        ratios = (
+            (f"{generation_rate / baselines[0]:8.2f}x", f"{wall_rate / baselines[1]:9.2f}x")
+            if baselines
+            else ("        -", "         -")
+        )
+        print(
+            f"{batch_size:>5} {stats.tokens_generated:>7} {stats.agent_seconds:>7.1f} "
+            f"{generation_rate:>9.1f} {ratios[0]} {stats.seconds:>7.1f} {wall_rate:>10.1f} "
+            f"{ratios[1]}"
+        )
+
+
+if __name__ == "__main__":
+    main()
