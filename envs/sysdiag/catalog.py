@@ -471,6 +471,7 @@ def _add_files(rng: random.Random, host: Host, services: list[Service], user: st
         (f"/home/{user}/.bash_history", user, user, rng.randint(500, 20_000)),
         (f"/home/{user}/notes.txt", user, user, rng.randint(100, 4_000)),
         ("/tmp/systemd-private-3f1c/tmp/.keep", "root", "root", 0),
+        ("/root/.bashrc", "root", "root", 3_106),
     ):
         host.add_file(
             path,

@@ -386,7 +386,7 @@ def cmd_df(sh: Shell, args: list[str], stdin: str | None) -> Result:
         missing = [o for o, p in zip(operands, paths, strict=True) if not sh.exists(p)]
         if missing:
             return f"df: {missing[0]}: No such file or directory", 1
-        mounts = list(dict.fromkeys(sh.host.mount_of(p) for p in paths).keys())
+        mounts = [m for m in mounts if any(sh.host.mount_of(p) is m for p in paths)]
     if inodes:
         header = "Filesystem         Inodes     IUsed     IFree IUse% Mounted on"
     else:
@@ -1297,9 +1297,10 @@ def cmd_echo(sh: Shell, args: list[str], stdin: str | None) -> Result:
 
 
 def cmd_cd(sh: Shell, args: list[str], stdin: str | None) -> Result:
-    path = sh.resolve(args[0]) if args else "/root"
+    target = args[0] if args else "~"
+    path = sh.resolve(target)
     if path not in sh.host.dirs:
-        return f"bash: cd: {args[0]}: No such file or directory", 1
+        return f"bash: cd: {target}: No such file or directory", 1
     sh.cwd = path
     return "", 0
 
@@ -1427,6 +1428,9 @@ def cmd_lsof(sh: Shell, args: list[str], stdin: str | None) -> Result:
 
 
 # ------------------------------------------------------------------- tls
+PEM = "-----BEGIN CERTIFICATE-----\nMIIFKzCCBBOgAwIBAgISA3xq...\n-----END CERTIFICATE-----\n"
+
+
 def cmd_openssl(sh: Shell, args: list[str], stdin: str | None) -> Result:
     if not args or args[0] != "x509":
         return f"Invalid command '{args[0] if args else ''}'; type \"help\" for a list.", 1
@@ -1447,9 +1451,7 @@ def cmd_openssl(sh: Shell, args: list[str], stdin: str | None) -> Result:
     if "-dates" in args or "-enddate" in args:
         lines.append(f"notAfter={expiry:%b %e %H:%M:%S %Y} GMT")
     if "-noout" not in args:
-        lines.append(
-            "-----BEGIN CERTIFICATE-----\nMIIFKzCCBBOgAwIBAgISA3xq...\n-----END CERTIFICATE-----"
-        )
+        lines.append(PEM.rstrip("\n"))
     return "\n".join(lines), 0
 
 
@@ -1476,7 +1478,7 @@ def cmd_certbot(sh: Shell, args: list[str], stdin: str | None) -> Result:
             lines.append("Certificate not yet due for renewal")
             continue
         host.certs[path] = host.now + timedelta(days=90)
-        host.files[path].mtime = host.now
+        host.add_file(path, File(len(PEM), 0o644, "root", "root", host.now, PEM))
         lines += [
             "Renewing an existing certificate for " + name,
             "",
