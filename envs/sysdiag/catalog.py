@@ -104,7 +104,7 @@ def fill(template: str, rng: random.Random, user: str) -> str:
     )
 
 
-def _nginx(rng: random.Random, host: Host) -> Service:
+def nginx_service(rng: random.Random, host: Host) -> Service:
     cert = f"/etc/letsencrypt/live/{host.hostname}.example.com/fullchain.pem"
     site = (
         "server {\n    listen 80;\n    listen 443 ssl;\n"
@@ -214,7 +214,7 @@ def _node_app(rng: random.Random, host: Host, name: str) -> Service:
     )
 
 
-def _redis(rng: random.Random, host: Host) -> Service:
+def redis_service(rng: random.Random, host: Host) -> Service:
     config = "bind 127.0.0.1 ::1\nport 6379\ndaemonize no\nsupervised systemd\n"
     config += "logfile /var/log/redis/redis-server.log\ndir /var/lib/redis\nmaxmemory 512mb\n"
     host.add_file(
@@ -339,9 +339,9 @@ def build_host(
         for unit, description, svc_user, command in SYSTEM_UNITS
     ]
     app = app_builder(rng, host)
-    extra_builders = [_redis] if "redis" not in app.unit else []
+    extra_builders = [redis_service] if "redis" not in app.unit else []
     if app.unit != "nginx.service" and rng.random() < 0.6:
-        extra_builders.append(_nginx)
+        extra_builders.append(nginx_service)
     services += [builder(rng, host) for builder in extra_builders]
     services.append(app)
     for service in services:

@@ -25,7 +25,14 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import ClassVar
 
-from envs.sysdiag.catalog import APP_NAMES, USERS, _nginx, _redis, node_app, python_app
+from envs.sysdiag.catalog import (
+    APP_NAMES,
+    USERS,
+    nginx_service,
+    node_app,
+    python_app,
+    redis_service,
+)
 from envs.sysdiag.host import File, Host, Service
 from envs.sysdiag.render import (
     comm_of,
@@ -91,7 +98,7 @@ class Fault(ABC):
     def reveals(self, output: str) -> bool:
         return any(clue in output for clue in self.clues)
 
-    def restart_if_down(self) -> str:
+    def restart_command(self) -> str:
         return f"systemctl restart {self.unit}"
 
 
@@ -129,7 +136,7 @@ class CpuHog(Fault):
 
     family = "cpu_hog"
     REBOOT_CLEARS = True
-    apps = staticmethod(lambda: (_nginx, *python_apps(), *node_apps()))
+    apps = staticmethod(lambda: (nginx_service, *python_apps(), *node_apps()))
 
     def inject(self, rng: random.Random, host: Host) -> None:
         user = rng.choice(USERS)
@@ -174,7 +181,7 @@ class CpuHog(Fault):
         return (self.hog.pid not in host.procs,)
 
     def fix_action(self, host: Host) -> str:
-        return f"kill {self.hog.pid}" if self.hog.pid in host.procs else self.restart_if_down()
+        return f"kill {self.hog.pid}" if self.hog.pid in host.procs else self.restart_command()
 
     def candidates(self, host: Host) -> list[Candidate]:
         gate = str(self.hog.pid)
@@ -212,9 +219,8 @@ class MemoryLeak(Fault):
             host,
             self.app,
             2,
-            "JavaScript heap growing: cache entries=1,8"
-            + str(rng.randint(10, 99))
-            + "4,211, heapUsed climbing",
+            f"warn: response cache holds {rng.randint(1_200_000, 4_000_000)} entries; "
+            "heapUsed still climbing",
         )
         self.task = (
             f"{self.unit} on this host keeps getting slower and other processes are being "
@@ -238,7 +244,7 @@ class DiskFullLog(Fault):
 
     family = "disk_full_log"
     REBOOT_CLEARS = False
-    apps = staticmethod(lambda: (_nginx, *python_apps(), *node_apps()))
+    apps = staticmethod(lambda: (nginx_service, *python_apps(), *node_apps()))
 
     def inject(self, rng: random.Random, host: Host) -> None:
         self.log_path = self.app.log_path or ""
@@ -274,7 +280,7 @@ class DiskFullLog(Fault):
     def fix_action(self, host: Host) -> str:
         if self.log_path in host.files:
             return f"truncate -s 0 {self.log_path}"
-        return self.restart_if_down()
+        return self.restart_command()
 
     def candidates(self, host: Host) -> list[Candidate]:
         log_dir = self.log_path.rsplit("/", 1)[0]
@@ -291,7 +297,7 @@ class CrashedService(Fault):
 
     family = "crashed_service"
     REBOOT_CLEARS = True
-    apps = staticmethod(lambda: (_nginx, _redis, *python_apps(), *node_apps()))
+    apps = staticmethod(lambda: (nginx_service, redis_service, *python_apps(), *node_apps()))
 
     def inject(self, rng: random.Random, host: Host) -> None:
         self.pid_file = self.app.pid_file or ""
@@ -335,7 +341,7 @@ class CrashedService(Fault):
     def fix_action(self, host: Host) -> str:
         if self.app.state != "active" and self.pid_file in host.files:
             return f"rm {self.pid_file}"
-        return self.restart_if_down()
+        return self.restart_command()
 
     def candidates(self, host: Host) -> list[Candidate]:
         return [(f"rm {self.pid_file}", self.pid_file), (f"cat {self.pid_file}", self.pid_file)]
@@ -390,7 +396,7 @@ class PortConflict(Fault):
     def fix_action(self, host: Host) -> str:
         if self.rogue.pid in host.procs:
             return f"kill {self.rogue.pid}"
-        return self.restart_if_down()
+        return self.restart_command()
 
     def candidates(self, host: Host) -> list[Candidate]:
         return [(f"kill {self.rogue.pid}", str(self.rogue.pid))]
@@ -463,7 +469,7 @@ class ConfigPermissions(Fault):
 
     family = "config_permissions"
     REBOOT_CLEARS = False
-    apps = staticmethod(lambda: (_redis, *python_apps(), *node_apps()))
+    apps = staticmethod(lambda: (redis_service, *python_apps(), *node_apps()))
 
     def inject(self, rng: random.Random, host: Host) -> None:
         self.config = self.app.config_path or ""
@@ -492,7 +498,7 @@ class ConfigPermissions(Fault):
     def fix_action(self, host: Host) -> str:
         if not self.fix_goals(host)[0]:
             return f"chmod 644 {self.config}"
-        return self.restart_if_down()
+        return self.restart_command()
 
     def candidates(self, host: Host) -> list[Candidate]:
         return [
@@ -564,7 +570,7 @@ class ExpiredTlsCert(Fault):
 
     family = "expired_tls_cert"
     REBOOT_CLEARS = False
-    apps = staticmethod(lambda: (_nginx,))
+    apps = staticmethod(lambda: (nginx_service,))
 
     def inject(self, rng: random.Random, host: Host) -> None:
         self.cert = self.app.cert_path or ""
@@ -619,7 +625,7 @@ class ForkStorm(Fault):
 
     family = "fork_storm"
     REBOOT_CLEARS = True
-    apps = staticmethod(lambda: (_nginx, *python_apps(), *node_apps()))
+    apps = staticmethod(lambda: (nginx_service, *python_apps(), *node_apps()))
 
     def inject(self, rng: random.Random, host: Host) -> None:
         job = rng.choice(("report-dispatcher", "etl-runner", "mailer", "thumbnailer", "sync-agent"))
@@ -683,7 +689,7 @@ class ForkStorm(Fault):
 
     def fix_action(self, host: Host) -> str:
         return (
-            f"kill {self.parent.pid}" if self.parent.pid in host.procs else self.restart_if_down()
+            f"kill {self.parent.pid}" if self.parent.pid in host.procs else self.restart_command()
         )
 
     def candidates(self, host: Host) -> list[Candidate]:

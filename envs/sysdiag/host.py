@@ -138,7 +138,6 @@ class Host:
         self.mounts: list[Mount] = []
         self.deleted_open: list[tuple[str, str, int]] = []  # (unit, path, size)
         self.dmesg: list[tuple[float, str]] = []
-        self.syslog: list[tuple[datetime, str, int, str]] = []
         self.working_nameservers: frozenset[str] = frozenset()
         self.resolver_ip = ""
         self.certs: dict[str, datetime] = {}  # certificate path -> notAfter

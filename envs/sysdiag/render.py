@@ -50,10 +50,6 @@ def ls_row(name: str, entry: File | Directory, now: datetime, human_sizes: bool)
     )
 
 
-def mem_percent(host: Host, proc: Proc) -> float:
-    return 100.0 * proc.rss_kb / host.mem_total_kb
-
-
 def command_of(proc: Proc) -> str:
     """What `ps` prints for the command: zombies have lost their argv."""
     if proc.stat.startswith("Z"):

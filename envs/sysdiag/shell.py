@@ -418,10 +418,6 @@ def cmd_du(sh: Shell, args: list[str], stdin: str | None) -> Result:
 
 
 # ------------------------------------------------------------------- services
-def find_service(sh: Shell, name: str):
-    return sh.host.unit_of(name)
-
-
 def cmd_systemctl(sh: Shell, args: list[str], stdin: str | None) -> Result:
     flags, operands = split_flags([a for a in args if a not in ("--no-pager", "-l", "--full")])
     if "--failed" in flags or (operands[:1] == ["list-units"] and "--failed" in flags):
@@ -440,7 +436,7 @@ def cmd_systemctl(sh: Shell, args: list[str], stdin: str | None) -> Result:
         return "Too few arguments.", 1
     outputs, status = [], 0
     for name in names:
-        service = find_service(sh, name)
+        service = sh.host.unit_of(name)
         if service is None:
             unit = name if name.endswith(".service") else name + ".service"
             message = (
