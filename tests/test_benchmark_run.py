@@ -21,7 +21,8 @@ REPO = Path(__file__).resolve().parent.parent
 def scripted(out: Path, **overrides) -> RunConfig:
     """A fast eval-only configuration of a scripted agent on SysDiag."""
     fields = {"env": "sysdiag", "model": "random", "credit": "none", "eval_episodes": 6}
-    return RunConfig(out=out, sample_group_size=2, **{**fields, **overrides})
+    fields = {**fields, "sample_group_size": 0}  # samples score with a model: one test only
+    return RunConfig(out=out, **{**fields, **overrides})
 
 
 def one_error_line(capsys: pytest.CaptureFixture[str]) -> str:
@@ -75,7 +76,7 @@ def test_group_size_defaults_to_one_for_hp_rlvr_only():
 
 
 def test_run_folder_holds_config_provenance_episodes_and_samples(tmp_path):
-    run_dir = run(scripted(tmp_path, model="expert"))
+    run_dir = run(scripted(tmp_path, model="expert", sample_group_size=2))
     config = records.read_json(run_dir / records.CONFIG_FILE)
     assert config["env_id"] == "creditgym/SysDiag-v0" and config["method_trainer"] == "eval-only"
     provenance = records.read_json(run_dir / records.PROVENANCE_FILE)
@@ -114,8 +115,9 @@ def test_rerun_extends_without_repeating_and_repairs_a_torn_line(tmp_path):
     assert [e.index for e in records.read_episodes(run_dir)] == list(range(7))
 
 
+@pytest.mark.slow  # three fresh interpreters importing torch
 def test_sigkill_mid_evaluation_then_rerun_loses_and_repeats_nothing(tmp_path):
-    episodes = 300
+    episodes = 200
     argv = [
         sys.executable,
         "-m",
