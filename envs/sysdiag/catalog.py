@@ -73,17 +73,31 @@ KERNEL_THREADS = (
     "[jbd2/sda1-8]",
     "[ext4-rsv-conver]",
 )
-NOISE_JOURNAL = (
-    "pam_unix(sshd:session): session opened for user {user}(uid=1001) by (uid=0)",
-    "Accepted publickey for {user} from 10.{a}.{b}.{c} port {port} ssh2: ED25519 SHA256:q8Zx",
-    "(root) CMD (command -v debian-sa1 > /dev/null && debian-sa1 1 1)",
-    "Received disconnect from 10.{a}.{b}.{c} port {port}:11: disconnected by user",
-    "Started Daily apt download activities.",
-    "Starting Cleanup of Temporary Directories...",
-    "systemd-tmpfiles-clean.service: Deactivated successfully.",
-    "Started Session {port} of User {user}.",
-    'rsyslogd: [origin software="rsyslogd"] rsyslogd was HUPed',
-)
+# Journal identifiers that differ from the unit name.
+DAEMON_IDENTS = {"ssh": "sshd", "cron": "CRON", "rsyslog": "rsyslogd", "dbus": "dbus-daemon"}
+# Routine journal lines per system daemon (by journal identifier).
+NOISE_JOURNAL: dict[str, tuple[str, ...]] = {
+    "sshd": (
+        "pam_unix(sshd:session): session opened for user {user}(uid=1001) by (uid=0)",
+        "Accepted publickey for {user} from 10.{a}.{b}.{c} port {port} ssh2: ED25519 SHA256:q8Zx",
+        "Received disconnect from 10.{a}.{b}.{c} port {port}:11: disconnected by user",
+    ),
+    "CRON": ("(root) CMD (command -v debian-sa1 > /dev/null && debian-sa1 1 1)",),
+    "rsyslogd": ('[origin software="rsyslogd"] rsyslogd was HUPed',),
+    "systemd-logind": ("New session {c} of user {user}.", "Session {c} logged out."),
+    "systemd-timesyncd": (
+        "Initial synchronization to time server 185.125.190.{c}:123 (ntp.ubuntu.com).",
+    ),
+    "systemd-resolved": (
+        "Using degraded feature set UDP instead of UDP+EDNS0 for DNS server 10.0.0.{c}.",
+    ),
+    "systemd-journald": (
+        "Data hash table of /var/log/journal/system.journal has a fill level at 75.0, "
+        "suggesting rotation.",
+    ),
+    "dbus-daemon": ("[system] Successfully activated service 'org.freedesktop.hostname1'",),
+    "systemd-udevd": ("Using default interface naming scheme 'v249'.",),
+}
 APP_JOURNAL = (
     '10.{a}.{b}.{c} - - "GET /healthz HTTP/1.1" 200 2 "-" "kube-probe/1.27"',
     '10.{a}.{b}.{c} - - "GET /api/v1/items?page={c} HTTP/1.1" 200 {port} "-" "python-requests"',
@@ -331,7 +345,7 @@ def build_host(
             ports=(22,) if unit == "ssh" else (),
             config_path=None,
             rss_kb=rng.randint(3_000, 30_000),
-            ident=unit,
+            ident=DAEMON_IDENTS.get(unit, unit),
             permission_error="{path}: Permission denied",
             bind_error="bind {port}: in use",
             restart_policy="on-failure",
@@ -523,6 +537,6 @@ def _add_noise_journal(rng: random.Random, host: Host, services: list[Service], 
             if service.log_path is not None:
                 message = fill(rng.choice(APP_JOURNAL), rng, user)
             else:
-                message = fill(rng.choice(NOISE_JOURNAL), rng, user)
+                message = fill(rng.choice(NOISE_JOURNAL[service.ident]), rng, user)
             service.journal.append((when, service.ident, service.main_pid or 1, message))
         service.journal.sort(key=lambda record: record[0])

@@ -102,6 +102,18 @@ class Fault(ABC):
         return f"systemctl restart {self.unit}"
 
 
+# How each runtime reports ENOSPC when writing `{path}`.
+NO_SPACE_ERRORS = {
+    "gunicorn": "OSError: [Errno 28] No space left on device: '{path}'",
+    "node": "Error: ENOSPC: no space left on device, write '{path}'",
+    "nginx": '[crit] write() to "{path}" failed (28: No space left on device)',
+}
+
+
+def no_space_error(service: Service, path: str) -> str:
+    return NO_SPACE_ERRORS[service.ident].format(path=path)
+
+
 def _journal(host: Host, service: Service, minutes_ago: float, message: str) -> None:
     service.journal.append(
         (host.now - timedelta(minutes=minutes_ago), service.ident, service.main_pid or 1, message)
@@ -257,7 +269,7 @@ class DiskFullLog(Fault):
             f"body=<{rng.randint(200, 9000)} bytes>\n"
             for _ in range(4)
         )
-        _journal(host, self.app, 1, "OSError: [Errno 28] No space left on device")
+        _journal(host, self.app, 1, no_space_error(self.app, self.log_path))
         self.task = (
             f"{self.unit} on this host has started returning errors on every write. "
             "Find and fix the root cause."
@@ -535,8 +547,9 @@ class InodeExhaustion(Fault):
             host,
             self.app,
             1,
-            f"OSError: [Errno 28] No space left on device: "
-            f"'{self.directory}/{directory.bulk_prefix}{rng.getrandbits(40):010x}'",
+            no_space_error(
+                self.app, f"{self.directory}/{directory.bulk_prefix}{rng.getrandbits(40):010x}"
+            ),
         )
         self.task = (
             f"{self.unit} on this host fails to write new files although the disk has "
