@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import socket
 import textwrap
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ from envs.code.sandbox import (
     SANDBOX_UID_SPAN,
     Sandbox,
     SandboxLimits,
+    _fork_server,
 )
 
 LIMITS = SandboxLimits(
@@ -303,3 +305,31 @@ def test_network_connect_fails(sandbox: Sandbox) -> None:
 def test_limits_reject_non_positive_values() -> None:
     with pytest.raises(ValueError, match="wall_seconds must be positive"):
         SandboxLimits(wall_seconds=0)
+
+
+def test_program_that_cannot_be_executed_is_reported(sandbox: Sandbox) -> None:
+    result = sandbox.execute(["/nonexistent/interpreter", "-c", "pass"])
+    assert result.exit_code == 127
+    assert "sandbox: cannot run /nonexistent/interpreter: FileNotFoundError" in result.stderr
+
+
+def test_report_channel_is_separate_from_stdout(sandbox: Sandbox) -> None:
+    result = sandbox.run_python(
+        "import os\nprint('to stdout')\nos.write(int(os.environ['SANDBOX_REPORT_FD']), b'rep')",
+        report_channel=True,
+    )
+    assert (result.stdout, result.report) == ("to stdout\n", "rep")
+
+
+def test_concurrent_executions_from_threads_stay_apart(sandbox: Sandbox) -> None:
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        results = list(pool.map(lambda i: run(sandbox, f"print({i} * 7)"), range(8)))
+    assert [r.stdout for r in results] == [f"{i * 7}\n" for i in range(8)]
+
+
+def test_a_dead_fork_server_is_replaced(sandbox: Sandbox) -> None:
+    server = _fork_server()
+    server.process.kill()
+    server.process.wait()
+    assert run(sandbox, "print('again')").stdout == "again\n"
+    assert _fork_server() is not server

@@ -85,7 +85,7 @@ AT_RECURSIVE = 0x8000
 SYS_MOUNT_SETATTR = 442  # same number on every architecture (unified syscall table)
 PR_SET_PDEATHSIG = 1
 # How long the fork server may take to empty a namespace after being told to.
-KEEPER_GRACE_SECONDS = 5.0
+SERVER_GRACE_SECONDS = 5.0
 # The report pipe's descriptor in the program; requests above this size are refused
 # (execve caps one argument at 128 KiB anyway).
 REPORT_FD = 3
@@ -161,11 +161,11 @@ class ExecutionResult:
 
     Attributes:
         exit_code: the program's exit status (128 + n when killed by signal n), None
-            when the harness killed the tree.
+            when the harness killed the tree (or lost it: the fork server died).
         stdout, stderr: the captured text (UTF-8, undecodable bytes replaced), at most
             `max_output_bytes` together with `report`.
-        report: what the program wrote to its report pipe (fd `REPORT_FD` style channel,
-            see `Sandbox.run_python`).
+        report: what the program wrote to its report pipe (descriptor `REPORT_FD`, see
+            `Sandbox.run_python`); "" without one.
         timed_out: the wall-time limit was hit and the tree killed.
         output_limit_exceeded: the output cap was hit and the tree killed.
         wall_seconds: wall time from spawn to the end of reading.
@@ -189,12 +189,14 @@ class ExecutionResult:
             return "killed: wall-time limit exceeded (infinite loop or blocking call?)"
         if self.output_limit_exceeded:
             return "killed: output limit exceeded (printing too much)"
-        if self.exit_code is None or self.exit_code == 0:
+        if self.exit_code is None:
+            return "killed: the sandbox lost the program (its fork server died)"
+        if self.exit_code == 0:
             return ""
         if self.exit_code > 128:
             number = self.exit_code - 128
             name = signal.Signals(number).name if number in signal.valid_signals() else number
-            hint = " (CPU-time limit)" if number == signal.SIGKILL else ""
+            hint = " (CPU-time limit or out of memory)" if number == signal.SIGKILL else ""
             return f"killed by signal {name}{hint}"
         return f"exited with status {self.exit_code}"
 
@@ -611,7 +613,7 @@ def _finish(ours: dict[str, int], pid: int, status: bytearray) -> str:
     """
     os.close(ours.pop("control"))
     status_fd = ours.pop("status")
-    deadline = time.monotonic() + KEEPER_GRACE_SECONDS
+    deadline = time.monotonic() + SERVER_GRACE_SECONDS
     with selectors.DefaultSelector() as selector:
         selector.register(status_fd, selectors.EVENT_READ)
         while time.monotonic() < deadline:
