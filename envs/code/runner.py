@@ -2,9 +2,13 @@
 
 The in-sandbox side is `envs/code/driver.py`; this side builds its payload, runs it,
 and turns the report lines into per-test outcomes. A test with no result line (the
-program was killed while it ran, or it closed the report pipe) counts as failed, with
-the sandbox's reason: forging a pass needs a well-formed result line, and the driver
-writes those only after the test returned.
+program was killed while it ran, exited early, or closed the report pipe) counts as
+failed, with the sandbox's reason; so does a malformed line.
+
+Limitation: the candidate runs in the driver's own process (as in HumanEval's harness),
+so code written to cheat -- writing result lines to the report descriptor itself, or
+patching the driver's functions -- could forge passes. The sandbox protects the host and
+the harness; it does not make the reward tamper-proof against such code.
 """
 
 from __future__ import annotations
@@ -103,7 +107,7 @@ class CodeRunner:
                     load_error = str(record["error"])
                 elif kind == "result" and 0 <= int(record["index"]) < count:
                     results[int(record["index"])] = TestOutcome(
-                        bool(record["passed"]) is True, str(record["got"]), str(record["error"])
+                        record["passed"] is True, str(record["got"]), str(record["error"])
                     )
             except (json.JSONDecodeError, KeyError, TypeError, ValueError):
                 continue  # a line the program forged or cut: ignored, its test stays failed
