@@ -217,7 +217,10 @@ def main(args: EvaluateArgs) -> None:
         f"model {args.model}"
     )
     for name in names:
-        output = build_module(name, model)(trajectories)
+        try:
+            output = build_module(name, model)(trajectories)
+        except ValueError as error:
+            raise SystemExit(f"credit.evaluate: {name}: {error}") from error
         print(format_table(name, credit_quality(trajectories, output)))
 
 

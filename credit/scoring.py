@@ -21,7 +21,8 @@ recorded `prompt_token_ids + action_token_ids`, exactly. The hindsight view rebu
 step's prompt with `agents.prompts.messages_for_step(..., hindsight=text)` rendered by the
 tokenizer's chat template with the generation prompt, followed by the same action ids.
 Scripted steps (no tokens; e.g. the expert trajectories of `credit.evaluate`) tokenise
-`step.prompt_text` (or, when empty, the rebuilt prompt) and `step.action`.
+`step.prompt_text` (or, when empty, the rebuilt prompt) and `step.action`. A view longer
+than the model's positions loses its oldest context tokens (`fit_to_model`).
 """
 
 from __future__ import annotations
@@ -204,14 +205,30 @@ def _action_log_softmax(loaded: LoadedModel, views: Sequence[TeacherForced]) -> 
     return list(torch.split(log_probs, [len(view.action_ids) for view in views]))
 
 
-def _check_fits(loaded: LoadedModel, views: Sequence[TeacherForced]) -> None:
+def fit_to_model(loaded: LoadedModel, views: Sequence[TeacherForced]) -> list[TeacherForced]:
+    """Views cut to the model's positions by dropping the oldest context tokens.
+
+    A policy's own steps always fit (it generated them from that prompt); rebuilt prompts
+    of scripted steps, or hindsight prompts, can be longer. Keeping the most recent
+    context (the current observation, the hindsight block and the instruction) is what
+    the action's log-probs depend on most; the cut drops the intro and oldest history.
+
+    Raises:
+        ValueError: an action alone does not fit next to one context token.
+    """
     limit = loaded.model.config.max_position_embeddings
-    longest = max((view.length for view in views), default=0)
-    if longest > limit:
-        raise ValueError(
-            f"a scored sequence has {longest} tokens, more than the model's "
-            f"{limit} positions; shorten the history or the hindsight block"
-        )
+    fitted = []
+    for view in views:
+        if view.length > limit:
+            keep = limit - len(view.action_ids)
+            if keep < 1:
+                raise ValueError(
+                    f"an action of {len(view.action_ids)} tokens does not fit in the "
+                    f"model's {limit} positions"
+                )
+            view = TeacherForced(view.context_ids[-keep:], view.action_ids)
+        fitted.append(view)
+    return fitted
 
 
 def score_logprobs(
@@ -224,7 +241,7 @@ def score_logprobs(
     Returns:
         per view, float32 array [A_r] of log pi(y_j | context, y_<j).
     """
-    _check_fits(loaded, views)
+    views = fit_to_model(loaded, views)
     results = [np.zeros(len(view.action_ids), dtype=np.float32) for view in views]
     scored = [index for index, view in enumerate(views) if view.action_ids]
     costs = [_row_cost_bytes(loaded.model, view.length, len(view.action_ids)) for view in views]
@@ -342,7 +359,7 @@ def score_divergence(
     for index, (causal_item, hindsight_item) in enumerate(zip(causal, hindsight, strict=True)):
         if causal_item.action_ids != hindsight_item.action_ids:
             raise ValueError(f"view pair {index}: causal and hindsight action ids differ")
-    _check_fits(loaded, [*causal, *hindsight])
+    causal, hindsight = fit_to_model(loaded, causal), fit_to_model(loaded, hindsight)
     empty = np.zeros(0, dtype=np.float32)
     results = [PairedScores(empty, empty, empty) for _ in causal]
     costs = [

@@ -119,12 +119,18 @@ def test_jensen_shannon_known_values():
     np.testing.assert_allclose(jensen_shannon(p, q).numpy(), [by_hand, 0.0, 1.0], atol=1e-6)
 
 
-def test_scoring_rejects_mismatched_views_and_too_long_sequences(tiny):
+def test_scoring_rejects_mismatched_views_and_cuts_too_long_contexts(tiny):
     with pytest.raises(ValueError, match="action ids differ"):
         score_divergence(tiny, [TeacherForced((1,), (2,))], [TeacherForced((1,), (3,))])
-    too_long = TeacherForced(tuple([1] * 9000), (2,))
-    with pytest.raises(ValueError, match="positions"):
-        score_logprobs(tiny, [too_long])
+    limit = tiny.model.config.max_position_embeddings
+    too_long = TeacherForced(tuple(range(3, 200)) * 50, (2, 4))
+    assert too_long.length > limit
+    cut = TeacherForced(too_long.context_ids[-(limit - 2) :], (2, 4))
+    np.testing.assert_allclose(
+        score_logprobs(tiny, [too_long])[0], score_logprobs(tiny, [cut])[0], atol=1e-5
+    )
+    with pytest.raises(ValueError, match="does not fit"):
+        score_logprobs(tiny, [TeacherForced((1,), tuple([2] * limit))])
 
 
 # --- HCAPO ----------------------------------------------------------------------------
