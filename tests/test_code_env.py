@@ -58,7 +58,8 @@ def test_step_before_reset_is_a_clear_error() -> None:
 
 def test_test_action_lists_failing_visible_examples(env: CodeExecEnv) -> None:
     env.reset(options=FIRST)
-    env.step("write\n```python\n    return True\n```")
+    saved = env.step("write\n```python\n    return True\n```")[0]
+    assert saved == "Code saved (1 lines, as the function body); it loads"
     observation, reward, terminated, truncated, _ = env.step("test")
     assert observation.startswith("Visible tests: 1/2 pass.")
     assert "FAILED >>> has_close_elements([1.0, 2.0, 3.0], 0.5)" in observation
@@ -109,7 +110,7 @@ def test_key_step_only_when_code_beats_every_earlier_version(env: CodeExecEnv) -
 def test_full_function_write_works_like_body(env: CodeExecEnv) -> None:
     env.reset(options={"task_id": "HumanEval/2"})  # truncate_number
     code = "def truncate_number(number: float) -> float:\n    return number % 1.0"
-    env.step(f"write\n```python\n{code}\n```")
+    assert "as a full definition" in env.step(f"write\n```python\n{code}\n```")[0]
     observation, reward, terminated, _, info = env.step("submit")
     assert (reward, terminated, info["success"]) == (1.0, True, True)
     assert "accepted" in observation

@@ -24,7 +24,13 @@ from typing import Any
 
 import gymnasium as gym
 
-from envs.code.actions import COMMANDS, CodeAction, assemble_program, parse_action
+from envs.code.actions import (
+    COMMANDS,
+    CodeAction,
+    assemble_program,
+    defines_function,
+    parse_action,
+)
 from envs.code.runner import CodeRunner, RunReport
 from envs.code.sandbox import ExecutionResult, Sandbox, SandboxLimits
 from envs.code.tasks import CodeTask, load_tasks
@@ -153,7 +159,12 @@ class CodeExecEnv(gym.Env):
             else "it does not load:\n"
             + (truncate(_last_lines(self.hidden.load_error), self.max_output_chars))
         )
-        return f"Code saved ({lines} lines); {status}", key_step
+        shape = (
+            "a full definition"
+            if defines_function(parsed.code, self.task.entry_point)
+            else "the function body"
+        )
+        return f"Code saved ({lines} lines, as {shape}); {status}", key_step
 
     def _submit(self) -> tuple[str, bool, bool]:
         assert self.task is not None
@@ -177,7 +188,11 @@ class CodeExecEnv(gym.Env):
         elif check:
             parts.append(self._test_summary(report))
         else:
-            parts.append("Ran your code on the docstring examples.")
+            parts.append(
+                "Ran your code on the docstring examples."
+                if self.task.visible_examples
+                else "Ran your code (this task shows no examples to run)."
+            )
         parts.extend(_streams(report.execution, self.max_output_chars))
         return "\n".join(parts)
 
