@@ -129,20 +129,24 @@ def test_play_episode_drives_the_llm_agent_too(tiny):
     assert all(step.action in step.admissible_commands for step in trajectory.steps)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("env_id", "kwargs"),
     [
+        ("creditgym/SysDiag-v0", {"max_steps": 3}),
         ("creditgym/ALFWorld-v0", {**REGISTRY_KWARGS["creditgym/ALFWorld-v0"], "max_steps": 3}),
         ("creditgym/CodeExec-v0", {"max_steps": 2}),
     ],
 )
 def test_tiny_policy_rollout_on_project_envs_rescores_exactly(tiny, env_id, kwargs):
-    agent = LLMAgent(tiny, max_new_tokens=16, constrained=env_id.endswith("ALFWorld-v0"), seed=3)
+    constrained = env_id != "creditgym/CodeExec-v0"  # CodeExec's writes are free text
+    agent = LLMAgent(tiny, max_new_tokens=48, constrained=constrained, seed=3)
     trajectories, stats = collect(
         env_id, agent, [0], group_size=2, num_envs=2, env_kwargs=kwargs, progress=False
     )
     assert stats.num_trajectories == 2 and not stats.dropped
     assert all(t.truncated or t.terminated for t in trajectories)
+    assert stats.valid_action_ratio == 1.0 or not constrained
     for trajectory in trajectories:
         for t, step in enumerate(trajectory.steps):
             _, ids = encode_prompt(tiny.tokenizer, messages_for_step(trajectory, t, 2))
