@@ -16,6 +16,7 @@ import argparse
 import os
 import random
 import time
+import timeit
 
 from agents.base import Agent, ExpertAgent, RandomAgent
 from agents.episode import play_episode
@@ -54,6 +55,14 @@ def measure(total_steps: int, seed: int = 0) -> dict[str, float]:
     }
 
 
+def reference_microseconds() -> float:
+    """CPU time of `sum(range(10_000))` in microseconds (best of 5): a yardstick for how
+    fast this core is right now (about 100-150 us on an idle modern desktop core), to
+    read the rates above on a shared or slow machine."""
+    timer = timeit.Timer("sum(range(10_000))", timer=time.process_time)
+    return min(timer.repeat(repeat=5, number=200)) / 200 * 1e6
+
+
 def success_and_return(agent: Agent, seeds: range) -> tuple[int, float]:
     """(episodes solved, mean return) of `agent` over `seeds`."""
     env = SysDiagEnv()
@@ -79,6 +88,7 @@ def main() -> None:
     )
     print(f"  env.reset only        : {figures['resets_per_cpu_second']:>9,.0f} resets/CPU-s")
     print(f"  step + reset, overall : {figures['overall_steps_per_cpu_second']:>9,.0f} steps/CPU-s")
+    print(f"  core yardstick        : sum(range(10_000)) takes {reference_microseconds():.0f} us")
     met = figures["steps_per_cpu_second"] >= TARGET_STEPS_PER_SECOND
     print("  target met" if met else "  target MISSED")
     seeds = range(200)

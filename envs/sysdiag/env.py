@@ -19,6 +19,7 @@ its diagnosis commands, then the fix), `steps`.
 
 from __future__ import annotations
 
+import heapq
 import random
 from typing import Any, ClassVar
 
@@ -146,9 +147,21 @@ class SysDiagEnv(gym.Env[str, str]):
         self.seen: set[str] = set()
         self.output_cache: dict[str, tuple[str, int]] = {}
         self.cache_version = -1
-        self.candidate_cache: tuple[int, list[tuple[str, str | None]]] = (-1, [])
+        self.candidate_cache: tuple[tuple[int, int], list[tuple[str, str | None]]] = ((-1, -1), [])
         self.fixed_cache: tuple[int, bool, int] = (-1, False, 0)
-        self.admissible_cache: tuple[tuple[int, int], tuple[str, ...]] = ((-1, -1), ())
+        self.admissible_cache: tuple[tuple[int, int, int], tuple[str, ...]] = ((-1, -1, -1), ())
+        self.unseen_gates: list[str] = []
+        unit = self.fault.unit
+        self.fixed_candidates: tuple[tuple[str, None], ...] = tuple(
+            (command, None)
+            for command in (
+                *BASE_COMMANDS,
+                *self.fault.diagnosis,
+                f"systemctl status {unit}",
+                f"journalctl -u {unit}",
+                f"systemctl restart {unit}",
+            )
+        )
         self.last_exchange = ""
         observation = (
             f"Welcome to Ubuntu 22.04.4 LTS (GNU/Linux {self.host.kernel} x86_64)\n\n"
@@ -237,38 +250,49 @@ class SysDiagEnv(gym.Env[str, str]):
         return fixed, progress
 
     def _candidates(self) -> list[tuple[str, str | None]]:
-        """All commands that make sense in this state, with the string gating each."""
-        version, candidates = self.candidate_cache
-        if version == self.host.version:
-            return candidates
+        """All commands that make sense in this state, with the string gating each.
+
+        Recomputed only after a state change; `unseen_gates` is kept alongside so that
+        `_mark_seen` scans just the gates still closed.
+        """
         host, fault = self.host, self.fault
-        unit = fault.unit
-        candidates = [(command, None) for command in BASE_COMMANDS]
-        candidates += [(command, None) for command in fault.diagnosis]
-        candidates += [
-            (f"systemctl status {unit}", None),
-            (f"journalctl -u {unit}", None),
-            (f"systemctl restart {unit}", None),
-        ]
-        busy = sorted(
-            (p for p in host.procs.values() if p.pid > 2 and not p.stat.startswith("Z")),
-            key=lambda p: (-p.cpu, p.pid),
-        )[:3]
-        hungry = max(host.procs.values(), key=lambda p: (p.rss_kb, -p.pid))
-        candidates += [(f"kill {p.pid}", str(p.pid)) for p in (*busy, hungry)]
-        candidates += fault.candidates(host)
-        candidates.append(("reboot", None))
-        unique = list(dict.fromkeys(candidates))
-        self.candidate_cache = (host.version, unique)
+        # They depend on the process table only (and the fault's own lists), which changes
+        # exactly when its size or the next pid to allocate does: a cheaper key than
+        # `host.version`, which also moves on every file write.
+        key = (len(host.procs), host.next_pid)
+        signature, candidates = self.candidate_cache
+        if signature == key:
+            return candidates
+        procs = host.procs.values()
+        busy = heapq.nlargest(
+            3, (p for p in procs if p.pid > 2 and p.stat[0] != "Z"), key=lambda p: (p.cpu, -p.pid)
+        )
+        hungry = max(procs, key=lambda p: (p.rss_kb, -p.pid))
+        unique = list(
+            dict.fromkeys(
+                [
+                    *self.fixed_candidates,
+                    *((f"kill {p.pid}", str(p.pid)) for p in (*busy, hungry)),
+                    *fault.candidates(host),
+                    ("reboot", None),
+                ]
+            )
+        )
+        self.candidate_cache = (key, unique)
+        self.unseen_gates = list(
+            dict.fromkeys(g for _c, g in unique if g is not None and g not in self.seen)
+        )
         return unique
 
     def _mark_seen(self, observation: str) -> None:
-        for _command, gate in self._candidates():
-            if gate is not None and gate not in self.seen and gate in observation:
-                self.seen.add(gate)
+        self._candidates()
+        revealed = [gate for gate in self.unseen_gates if gate in observation]
+        if revealed:
+            self.seen.update(revealed)
+            self.unseen_gates = [gate for gate in self.unseen_gates if gate not in self.seen]
 
     def _admissible(self) -> list[str]:
-        key = (self.host.version, len(self.seen))
+        key = (len(self.host.procs), self.host.next_pid, len(self.seen))
         if self.admissible_cache[0] != key:
             seen = self.seen
             commands = [c for c, gate in self._candidates() if gate is None or gate in seen]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from functools import lru_cache
 
 KIB = 1024
 GIB = 1024**3
@@ -143,8 +144,6 @@ class Host:
         self.certs: dict[str, datetime] = {}  # certificate path -> notAfter
         self.next_pid = 1000
         self.version = 0
-        self._mount_of_path: dict[str, Mount] = {}
-        self._mounts_deepest_first: list[tuple[str, Mount]] = []
         self._usage: dict[str, Usage] = {}
         self._usage_version = -1
         # Rendered `ps`/`top` rows by (format, pid). Pids are never reused and a process
@@ -163,7 +162,9 @@ class Host:
             self.rows.pop((kind, pid), None)
 
     def alloc_pid(self) -> int:
-        self.next_pid += self.rng.randint(1, 37)
+        # Gaps of 1-32, as other short-lived processes take pids in between
+        # (getrandbits: several times cheaper than randint on this hot path).
+        self.next_pid += self.rng.getrandbits(5) + 1
         return self.next_pid
 
     def unit_of(self, name: str) -> Service | None:
@@ -186,17 +187,9 @@ class Host:
 
     def mount_of(self, path: str) -> Mount:
         """The mount holding `path` (longest mountpoint prefix)."""
-        mount = self._mount_of_path.get(path)
-        if mount is None:
-            if len(self._mounts_deepest_first) != len(self.mounts):
-                self._mounts_deepest_first = sorted(
-                    ((m.mountpoint.rstrip("/") + "/", m) for m in self.mounts),
-                    key=lambda pair: -len(pair[0]),
-                )
-            probe = path + "/"
-            mount = next(m for prefix, m in self._mounts_deepest_first if probe.startswith(prefix))
-            self._mount_of_path[path] = mount
-        return mount
+        points = tuple(m.mountpoint for m in self.mounts)
+        point = mountpoint_of(path, points)
+        return next(m for m in self.mounts if m.mountpoint == point)
 
     def usage(self, mount: Mount) -> Usage:
         """Used bytes and inodes of `mount`, recomputed only after a state change."""
@@ -206,23 +199,23 @@ class Host:
         return self._usage[mount.mountpoint]
 
     def _compute_usage(self) -> dict[str, Usage]:
+        points = tuple(m.mountpoint for m in self.mounts)
         used = {m.mountpoint: m.base_used for m in self.mounts}
         inodes = {m.mountpoint: m.base_inodes_used for m in self.mounts}
         for path, file in self.files.items():
-            point = self.mount_of(path).mountpoint
+            point = mountpoint_of(path, points)
             used[point] += file.size
             inodes[point] += 1
         for path, directory in self.dirs.items():
-            point = self.mount_of(path).mountpoint
+            point = mountpoint_of(path, points)
             used[point] += directory.bulk_bytes
             inodes[point] += directory.bulk_files + 1
         for _unit, path, size in self.deleted_open:
-            used[self.mount_of(path).mountpoint] += size
+            used[mountpoint_of(path, points)] += size
         return {
-            m.mountpoint: Usage(
-                min(used[m.mountpoint], m.size), min(inodes[m.mountpoint], m.inodes)
-            )
+            m.mountpoint: Usage(min(used[point], m.size), min(inodes[point], m.inodes))
             for m in self.mounts
+            for point in (m.mountpoint,)
         }
 
     def children(self, directory: str) -> list[str]:
@@ -472,6 +465,18 @@ class Host:
             service.state = "inactive"
             self.start(service)
         self.touch()
+
+
+@lru_cache(maxsize=1 << 16)
+def mountpoint_of(path: str, mountpoints: tuple[str, ...]) -> str:
+    """The longest of `mountpoints` containing `path`. Cached across hosts: every host
+    has the same mount layout and mostly the same paths, so episodes share the work."""
+    probe = path + "/"
+    best = "/"
+    for point in mountpoints:
+        if probe.startswith(point.rstrip("/") + "/") and len(point) > len(best):
+            best = point
+    return best
 
 
 def parent_of(path: str) -> str:
