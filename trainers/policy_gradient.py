@@ -62,6 +62,7 @@ from peft import LoraConfig, PeftModel, get_peft_model
 from agents.llm import LLMAgent
 from agents.logprobs import action_logprobs
 from agents.models import LoadedModel
+from agents.parsing import is_valid_action
 from agents.rollout import collect
 from agents.trajectory import TokenBatch, Trajectory
 from credit.base import CreditModule
@@ -300,15 +301,16 @@ def to_device(batch: TokenBatch, device: torch.device) -> TokenBatch:
 def rollout_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
     """Success rate, mean trajectory length and valid-action ratio of a batch.
 
-    An action is valid when the env offered admissible commands and the action is one
-    of them (steps of envs without such a list are not counted).
+    Validity is `agents.parsing.is_valid_action`, the rollout engine's own definition (an
+    admissible command where the env lists them, a well-formed action block otherwise).
     """
-    counted = [step for traj in trajectories for step in traj.steps if step.admissible_commands]
-    valid = sum(step.action in step.admissible_commands for step in counted)
+    steps = [step for traj in trajectories for step in traj.steps]
     return {
         "rollout/success_rate": float(np.mean([t.success for t in trajectories])),
         "rollout/traj_length": float(np.mean([t.length for t in trajectories])),
-        "rollout/valid_action_ratio": valid / len(counted) if counted else 1.0,
+        "rollout/valid_action_ratio": (
+            sum(is_valid_action(step) for step in steps) / len(steps) if steps else 1.0
+        ),
         "rollout/num_trajectories": float(len(trajectories)),
     }
 

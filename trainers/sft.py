@@ -283,7 +283,7 @@ class CreditFilteredSFTTrainer:
             # Dividing by the step's total token count makes the accumulated sum the mean.
             loss = action_nll(self.policy.model, batch).sum() / total_tokens
             loss.backward()
-            loss_sum += float(loss)
+            loss_sum += float(loss.detach())
         grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, self.config.max_grad_norm))
         self.optimizer.step()
         return {
