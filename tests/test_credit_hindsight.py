@@ -109,6 +109,10 @@ def test_scoring_works_on_a_lora_wrapped_model(tiny):
     scores = score_logprobs(lora, [view])[0]
     np.testing.assert_allclose(scores, expected, atol=1e-5)
     assert not np.allclose(scores, score_logprobs(tiny, [view])[0], atol=1e-3)
+    # The paired path (shared-prefix KV cache) goes through the wrapper too.
+    hindsight = TeacherForced((1, 2, 9, 3, 4), view.action_ids)
+    paired = score_divergence(lora, [view], [hindsight])[0]
+    np.testing.assert_allclose(paired.causal_logprobs, expected, atol=1e-5)
 
 
 def test_jensen_shannon_known_values():
