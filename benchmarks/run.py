@@ -55,7 +55,7 @@ class RunConfig:
     env: str = "sysdiag"
     """Environment: a short name (sysdiag, alfworld, code) or a registered creditgym/ id.
     SysDiag is the default: its episodes are fast enough for a CPU run."""
-    credit: str = "none"
+    credit: str = "grpo"
     """Credit module (grpo, gigpo, hcapo, hp_rlvr, rule_based, or package.module:Class);
     `none` evaluates the model or scripted agent without training."""
     model: str = "smollm2-135m"
@@ -69,7 +69,7 @@ class RunConfig:
     steps: int = 2
     """Optimiser steps (policy_gradient: iterations of rollout -> credit -> update;
     sft: rounds)."""
-    tasks_per_step: int = 2
+    tasks_per_step: int = 1
     """Tasks per training iteration at G = 8 (hp_rlvr at G = 1 gets 8x as many tasks, so
     every method uses the same number of rollouts)."""
     learning_rate: float = 1e-5
@@ -93,8 +93,9 @@ class RunConfig:
     preset: Literal["default", "paper"] = "default"
     """Starting values of the other options: `default` fits a 2-core CPU in < 15 min;
     `paper` is the GiGPO/HCAPO ALFWorld setup (G=8, 150 steps, 50-step episodes), for a GPU."""
-    max_episode_steps: int | None = None
-    """Step limit of an episode (the env's own default when unset)."""
+    max_episode_steps: int | None = 8
+    """Step limit of an episode (unset: the env's own default). The SysDiag expert needs
+    3-4 steps; 8 keeps a CPU run short."""
     eval_temperature: float = 0.4
     """Sampling temperature of the policy during evaluation (GiGPO validates at 0.4; 0 is
     greedy)."""

@@ -57,7 +57,7 @@ def test_unreadable_model_path_is_one_line_and_leaves_no_run_folder(capsys, tmp_
 def test_unwritable_out_is_one_line(capsys, tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")
-    assert main(["--model", "expert", "--out", str(blocker / "runs")]) == 2
+    assert main(["--model", "expert", "--credit", "none", "--out", str(blocker / "runs")]) == 2
     assert "cannot be written" in one_error_line(capsys)
 
 
