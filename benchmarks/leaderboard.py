@@ -6,7 +6,8 @@ training.json) and writes `results/leaderboard.md`, `.csv` and a static, sortabl
 Never edit those files by hand: rerun this command.
 
 Rows are methods (model + trainer + credit + group size G + optimiser steps); columns
-are env x split (ALFWorld also per task type). A cell is the success rate in percent as
+are env x split, and in a second table env x split x task type (ALFWorld task type,
+SysDiag fault family). A cell is the success rate in percent as
 mean +- standard error over seeds (one run per seed), with n the number of seeds; the
 per-run rate is over that run's evaluation episodes (BALROG reports the same way).
 """
@@ -77,7 +78,7 @@ def build_table(runs: Sequence[records.RunData]) -> Table:
         groups: dict[str, list[records.EpisodeRecord]] = defaultdict(list)
         for episode in run.episodes:
             groups[f"{run.env}/{episode.split}"].append(episode)
-            if run.env == "ALFWorld-v0" and episode.task_type:
+            if episode.task_type:
                 column = f"{run.env}/{episode.split}/{episode.task_type}"
                 groups[column].append(episode)
                 task_type_columns.add(column)
@@ -220,7 +221,7 @@ def render_markdown(table: Table, plot_files: Mapping[str, str]) -> str:
     if table.task_type_columns:
         parts += [
             "",
-            "## ALFWorld per task type",
+            "## Per task type (ALFWorld task type, SysDiag fault family)",
             "",
             markdown_table(table, table.task_type_columns),
         ]
@@ -315,7 +316,10 @@ def render_html(table: Table, plot_files: Mapping[str, str]) -> str:
         html_table(table, table.columns),
     ]
     if table.task_type_columns:
-        sections += ["<h2>ALFWorld per task type</h2>", html_table(table, table.task_type_columns)]
+        sections += [
+            "<h2>Per task type (ALFWorld task type, SysDiag fault family)</h2>",
+            html_table(table, table.task_type_columns),
+        ]
     lines = comparisons(table)
     if lines:
         items = "".join(f"<li>{html.escape(line[2:])}</li>" for line in lines)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -158,3 +159,28 @@ def test_sigkill_mid_evaluation_then_rerun_loses_and_repeats_nothing(tmp_path):
     clean = records.read_episodes(clean_out / path.parent.name)
     assert [e.index for e in resumed] == list(range(episodes))
     assert resumed == clean  # the same episodes an uninterrupted run plays
+
+
+@pytest.mark.slow  # trains `tiny` for one iteration and evaluates it through batched rollouts
+def test_training_run_writes_metrics_then_a_rerun_reuses_the_trained_policy(tmp_path):
+    config = RunConfig(env="sysdiag", model="tiny", credit="grpo", steps=1, group_size=2,
+                       tasks_per_step=1, eval_episodes=2, max_episode_steps=3,
+                       sample_group_size=2, out=tmp_path)  # fmt: skip
+    run_dir = run(config)
+    training = records.read_json(run_dir / records.TRAINING_FILE)
+    metrics = records.read_metrics(run_dir)
+    # equal_rollouts batching: 1 task x G=8 rollouts worth, i.e. 4 tasks x G=2.
+    assert training["rollouts"] == 8 and training["optimizer_steps"] == len(metrics) == 1
+    assert "charts/grad_norm_is_zero" in metrics[0] and training["wall_seconds"] > 0
+    episodes = records.read_episodes(run_dir)
+    assert len(episodes) == 2 and all(e.tokens > 0 and e.train_step == 1 for e in episodes)
+    assert episodes[0].method == "tiny policy_gradient+grpo G=2 1 steps"
+    samples = list(records.iter_jsonl(run_dir / records.SAMPLES_FILE))
+    assert len(samples) == 2 and samples[0]["credit_model"] == "tiny"
+
+    # A rerun asking for more episodes evaluates the exported policy: no retraining.
+    stamp = (run_dir / records.TRAINING_FILE).stat().st_mtime_ns
+    run(dataclasses.replace(config, eval_episodes=3))
+    assert (run_dir / records.TRAINING_FILE).stat().st_mtime_ns == stamp
+    assert records.read_metrics(run_dir) == metrics
+    assert [e.index for e in records.read_episodes(run_dir)] == [0, 1, 2]
