@@ -18,6 +18,7 @@ import logging
 
 import torch
 
+from agents.base import ExpertAgent
 from agents.llm import LLMAgent
 from agents.models import ModelUnavailableError, load_model
 from agents.rollout import collect
@@ -31,7 +32,9 @@ def main() -> None:
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 4, 8, 16])
     parser.add_argument("--tasks", type=int, default=16, help="episodes per batch size")
     parser.add_argument("--max-steps", type=int, default=1, help="env steps per episode")
-    parser.add_argument("--max-new-tokens", type=int, default=48)
+    parser.add_argument(
+        "--max-new-tokens", type=int, default=256, help="response cap (LLMAgent default)"
+    )
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     args = parser.parse_args()
     if min(args.batch_sizes) < 1 or args.tasks < 1:
@@ -43,6 +46,17 @@ def main() -> None:
     except ModelUnavailableError as error:
         parser.exit(1, f"error: {error}\n")
     env_id = SHORT_NAMES[args.env]
+    env_kwargs = {"max_steps": args.max_steps}
+    # Start the env workers once (scripted agent) so no row pays their start-up.
+    warm = max(args.batch_sizes)
+    collect(
+        env_id,
+        ExpertAgent(),
+        list(range(warm)),
+        num_envs=warm,
+        env_kwargs=env_kwargs,
+        progress=False,
+    )
     print(
         f"model={args.model} env={env_id} tasks={args.tasks} max_steps={args.max_steps} "
         f"max_new_tokens={args.max_new_tokens} threads={args.threads}"
@@ -59,7 +73,7 @@ def main() -> None:
             agent,
             seeds=list(range(args.tasks)),
             num_envs=batch_size,
-            env_kwargs={"max_steps": args.max_steps},
+            env_kwargs=env_kwargs,
             progress=False,
         )
         generation_rate = stats.tokens_generated / stats.agent_seconds

@@ -374,7 +374,7 @@ def write_leaderboard(runs_root: Path, out: Path) -> Table:
 @exit_on_usage_error
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `python -m benchmarks.leaderboard`."""
-    config = tyro.cli(LeaderboardConfig, args=argv)
+    config = tyro.cli(LeaderboardConfig, prog="python -m benchmarks.leaderboard", args=argv)
     table = write_leaderboard(config.runs, config.out)
     print(markdown_table(table, table.columns))
     print(f"wrote {config.out / 'leaderboard.md'}, .csv, .html")

@@ -97,8 +97,8 @@ class RunConfig:
     """Step limit of an episode (unset: the env's own default). The SysDiag expert needs
     3-4 steps; 8 keeps a CPU run short."""
     eval_temperature: float = 0.4
-    """Sampling temperature of the policy during evaluation (GiGPO validates at 0.4; 0 is
-    greedy)."""
+    """Sampling temperature of the policy during evaluation (> 0; GiGPO validates at 0.4,
+    a low temperature close to greedy)."""
     eval_batch_size: int = 8
     """Evaluation episodes played together in one batch by an LLM policy."""
     sample_group_size: int = 4
@@ -302,7 +302,13 @@ def parse_config(argv: Sequence[str] | None = None) -> RunConfig:
             preset = arg.split("=", 1)[1]
     overrides = lookup("preset", preset, PRESETS)
     default = dataclasses.replace(RunConfig(), preset=preset, **overrides)
-    return tyro.cli(RunConfig, args=args, default=default, description=__doc__.split("\n")[0])
+    return tyro.cli(
+        RunConfig,
+        prog="python -m benchmarks.run",
+        args=args,
+        default=default,
+        description=__doc__.split("\n")[0],
+    )
 
 
 def check_out_writable(out: Path) -> None:
@@ -355,6 +361,8 @@ def validate(cfg: RunConfig) -> None:
     lookup("trainer", cfg.trainer, {name: name for name in TRAINER_NAMES})
     if cfg.eval_episodes < 0 or cfg.steps < 0 or group_size(cfg) < 1:
         raise UsageError("--eval-episodes and --steps must be >= 0 and --group-size >= 1")
+    if cfg.eval_temperature <= 0:
+        raise UsageError("--eval-temperature must be > 0 (the policy records log-probs)")
     if cfg.model in SCRIPTED_AGENTS and trains(cfg):
         raise UsageError(
             f"--model {cfg.model} is a scripted agent and cannot be trained; "

@@ -102,7 +102,7 @@ def load_sweep(path: Path, out: Path) -> list[RunConfig]:
 @exit_on_usage_error
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `python -m benchmarks.sweep`."""
-    sweep = tyro.cli(SweepConfig, args=argv)
+    sweep = tyro.cli(SweepConfig, prog="python -m benchmarks.sweep", args=argv)
     configs = load_sweep(sweep.config, sweep.out)
     for config in configs:
         validate(config)
