@@ -8,16 +8,20 @@ log-prob is recorded under the distribution it was actually drawn from (constrai
 mask, temperature, top-p; see `agents.logprobs.sampling_logprobs`), and the prompt and
 generated ids are stored as produced: nothing is re-tokenised afterwards.
 
-Randomness is per episode, not per batch: row r draws its uniforms from an RNG seeded
-by (agent seed, `AgentInput.episode_key`, step index), so an episode samples the same
-tokens whichever other episodes share its batch (up to float noise in the logits). This
-is what makes multi-process rollouts reproducible, and what lets the benchmark compare
-batched and sequential generation on identical work.
+Randomness is per episode, not per batch: row r draws its Gumbel noise from a generator
+seeded by (agent seed, `AgentInput.episode_key`, step index), and samples
+argmax(log-prob + Gumbel) -- an exact sample of the distribution whose log-probs are
+recorded. An episode therefore samples the same tokens whichever other episodes share
+its batch: float noise in the logits (batch shapes change matmul rounding) flips a
+sample only at a near-exact tie of the two best perturbed scores, where an inverse-CDF
+draw over a 49k-entry cumulative sum would flip far more often. This is what makes
+multi-process rollouts reproducible, and what lets the benchmark compare batched and
+sequential generation on identical work.
 """
 
 from __future__ import annotations
 
-import random
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -63,6 +67,12 @@ class Generation:
 
     token_ids: tuple[int, ...]
     logprobs: tuple[float, ...]
+
+
+def _row_generator(key: str) -> torch.Generator:
+    """A CPU generator seeded by a stable hash of `key` (Python's `hash` is salted)."""
+    digest = hashlib.sha256(key.encode()).digest()
+    return torch.Generator().manual_seed(int.from_bytes(digest[:8], "little"))
 
 
 def encode_prompt(
@@ -136,7 +146,7 @@ class LLMAgent:
             for x in inputs
         ]
         rngs = [
-            random.Random(
+            _row_generator(
                 f"{self.config.seed}/{x.episode_key or f'call{self._calls}/row{row}'}"
                 f"/step{len(x.history)}"
             )
@@ -167,14 +177,14 @@ class LLMAgent:
         self,
         prompts: Sequence[Sequence[int]],
         tries: Sequence[TokenTrie | None],
-        rngs: Sequence[random.Random],
+        rngs: Sequence[torch.Generator],
     ) -> list[Generation]:
         """Batched sampling with left padding and a KV cache.
 
         Args:
             prompts: B prompt id sequences.
             tries: per row, the constrained-decoding trie or None (free generation).
-            rngs: per row, the RNG that draws that row's uniforms.
+            rngs: per row, the (CPU) generator of that row's Gumbel noise.
         Returns:
             B generations; a row stops at EOS, at `</action>`, at the end of its trie
             path, or after `max_new_tokens`. Finished rows leave the batch (and the
@@ -216,11 +226,11 @@ class LLMAgent:
                         allowed[k, trie.allowed(tokens[row])] = True
                 allowed = allowed.to(device)
             step_logprobs = sampling_logprobs(logits, config.temperature, config.top_p, allowed)
-            # Inverse-CDF sampling with one uniform per row from that row's own RNG.
-            cdf = step_logprobs.exp().cumsum(-1)
-            uniforms = torch.tensor([rngs[row].random() for row in active], device=device)
-            targets = (uniforms * cdf[:, -1]).unsqueeze(-1)
-            sampled = torch.searchsorted(cdf, targets, right=True).clamp(max=cdf.shape[-1] - 1)
+            # Gumbel-max: argmax(log p + G) is a sample of p; -inf (masked) never wins.
+            vocab = step_logprobs.shape[-1]
+            uniforms = torch.stack([torch.rand(vocab, generator=rngs[row]) for row in active])
+            gumbel = -torch.log(-torch.log(uniforms.clamp_(min=1e-20, max=1 - 1e-7)))
+            sampled = (step_logprobs + gumbel.to(device)).argmax(-1, keepdim=True)
             sampled_logprobs = step_logprobs.gather(-1, sampled).squeeze(-1).tolist()
             sampled_ids = sampled.squeeze(-1).tolist()
             keep = []
