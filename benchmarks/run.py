@@ -32,14 +32,19 @@ import tyro
 from peft import PeftModel
 from tqdm import tqdm
 
+import credit
 import envs
 from agents.base import Agent, ExpertAgent, RandomAgent
 from agents.episode import play_episode
-from agents.models import LoadedModel
+from agents.llm import LLMAgent
+from agents.models import MODELS, LoadedModel, ModelUnavailableError, load_model
+from agents.rollout import collect
 from agents.trajectory import Trajectory
 from benchmarks import records
 from benchmarks.cli import UsageError, exit_on_usage_error, lookup, suggest
 from credit.base import CreditModule
+from trainers.policy_gradient import AgentConfig, PolicyGradientConfig, PolicyGradientTrainer
+from trainers.sft import CreditFilteredSFTTrainer, SFTConfig
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -72,8 +77,9 @@ class RunConfig:
     tasks_per_step: int = 1
     """Tasks per training iteration at G = 8 (hp_rlvr at G = 1 gets 8x as many tasks, so
     every method uses the same number of rollouts)."""
-    learning_rate: float = 1e-5
-    """AdamW learning rate of the trainer."""
+    learning_rate: float | None = None
+    """AdamW learning rate; unset: the trainer's own default (policy_gradient 1e-5 for
+    LoRA / tiny, sft 1e-4)."""
     constrained: bool = True
     """Constrained decoding: the policy can only emit an admissible command (lets an
     untrained small model act validly from the first step)."""
@@ -185,10 +191,9 @@ TRAIN_TEMPERATURE = 1.0
 
 def trainer_configs(cfg: RunConfig) -> dict[str, tuple[type, Any]]:
     """Trainer name -> (trainer class, its config built from `cfg`)."""
-    from trainers.policy_gradient import PolicyGradientConfig, PolicyGradientTrainer
-    from trainers.sft import CreditFilteredSFTTrainer, SFTConfig
-
     size = group_size(cfg)
+    # Unset: each trainer keeps its own default learning rate.
+    learning_rate = {} if cfg.learning_rate is None else {"learning_rate": cfg.learning_rate}
     return {
         "policy_gradient": (
             PolicyGradientTrainer,
@@ -196,12 +201,10 @@ def trainer_configs(cfg: RunConfig) -> dict[str, tuple[type, Any]]:
                 steps=cfg.steps,
                 group_size=size,
                 tasks_per_step=cfg.tasks_per_step,
-                # Fewer rollouts than environments would leave workers idle.
-                num_envs=min(8, cfg.tasks_per_step * DEFAULT_GROUP_SIZE),
-                learning_rate=cfg.learning_rate,
                 seed=cfg.seed,
                 checkpoint_every=1,
                 resume=True,
+                **learning_rate,
             ),
         ),
         "sft": (
@@ -210,9 +213,11 @@ def trainer_configs(cfg: RunConfig) -> dict[str, tuple[type, Any]]:
                 rounds=cfg.steps,
                 num_tasks=cfg.tasks_per_step,
                 group_size=size,
+                # Fewer rollouts than environments would leave workers idle.
                 num_envs=min(8, cfg.tasks_per_step * size),
                 seed=cfg.seed,
                 resume=True,
+                **learning_rate,
             ),
         ),
     }
@@ -347,8 +352,6 @@ def eval_splits(cfg: RunConfig, env_id: str) -> tuple[EvalSplit, ...]:
 
 def credit_names() -> dict[str, str]:
     """Every valid --credit value (the credit registry plus `none`)."""
-    import credit
-
     return {NO_CREDIT: NO_CREDIT, **{name: name for name in credit.REGISTRY}}
 
 
@@ -373,8 +376,6 @@ def validate(cfg: RunConfig) -> None:
 
 def load_policy(name: str, device: str) -> LoadedModel:
     """`agents.models.load_model` with its one-line error as a UsageError + suggestions."""
-    from agents.models import MODELS, ModelUnavailableError, load_model
-
     try:
         return load_model(name, device=device)
     except ModelUnavailableError as error:
@@ -394,8 +395,6 @@ def load_trained_policy(base: LoadedModel, final_dir: Path, device: str) -> Load
 
 def build_credit(name: str, policy: LoadedModel | None) -> CreditModule:
     """Instantiate a credit module; modules that score with a model get `policy`."""
-    import credit
-
     try:
         cls = credit.resolve(name)
     except KeyError as error:
@@ -414,8 +413,6 @@ def train(cfg: RunConfig, env_id: str, run_dir: Path, policy: LoadedModel) -> Lo
     continues from its last iteration; the trained policy is exported to `run_dir/final/`.
     """
     trainer_cls, trainer_config = trainer_configs(cfg)[cfg.trainer]
-    from trainers.policy_gradient import AgentConfig
-
     trainer = trainer_cls(
         policy,
         build_credit(cfg.credit, policy),
@@ -527,9 +524,6 @@ def policy_rollouts(
     agent_seed: int,
 ) -> list[Trajectory]:
     """An LLM policy plays `group_size` episodes per seed together (batched rollouts)."""
-    from agents.llm import LLMAgent
-    from agents.rollout import collect
-
     agent = LLMAgent(
         policy,
         temperature=temperature,
@@ -611,8 +605,6 @@ def write_samples(cfg: RunConfig, env_id: str, run_dir: Path, policy: LoadedMode
     training temperature (a group, so that group-relative modules have something to
     compare). Scripted runs have no policy to score hindsight with; `tiny` scores theirs.
     """
-    import credit
-
     path = run_dir / records.SAMPLES_FILE
     if path.exists() or cfg.sample_group_size < 1:
         return
