@@ -140,7 +140,7 @@ def test_play_episode_drives_the_llm_agent_too(tiny):
 )
 def test_tiny_policy_rollout_on_project_envs_rescores_exactly(tiny, env_id, kwargs):
     constrained = env_id != "creditgym/CodeExec-v0"  # CodeExec's writes are free text
-    agent = LLMAgent(tiny, max_new_tokens=48, constrained=constrained, seed=3)
+    agent = LLMAgent(tiny, max_new_tokens=128, constrained=constrained, seed=3)
     trajectories, stats = collect(
         env_id, agent, [0], group_size=2, num_envs=2, env_kwargs=kwargs, progress=False
     )
