@@ -42,6 +42,8 @@ from agents.trajectory import Trajectory
 # 1 GiB: comfortably inside a 24 GiB machine shared by several processes.
 DEFAULT_MEMORY_BUDGET_BYTES = 1 << 30
 LN2 = math.log(2.0)
+# Padded tokens allowed per real token in one chunk (see `_chunks`).
+MAX_PADDING = 1.1
 
 
 @dataclass(frozen=True)
@@ -156,22 +158,36 @@ def _row_cost_bytes(model: PreTrainedModel, length: int, num_actions: int) -> in
 
 
 def _cache_cost_bytes(model: PreTrainedModel, length: int) -> int:
-    """Upper bound on the KV cache of one shared prefix, repeated for both views."""
+    """Upper bound on the KV cache (keys and values, every layer) of one row."""
     config = model.config
-    return 4 * 2 * 2 * config.num_hidden_layers * config.hidden_size * length
+    return 4 * 2 * config.num_hidden_layers * config.hidden_size * length
 
 
-def _chunks(costs: Sequence[int], order: Sequence[int], budget: int) -> Iterator[list[int]]:
-    """Greedy consecutive chunks of `order` whose summed cost stays under `budget`.
+def _chunks(
+    costs: Sequence[int],
+    segments: Sequence[tuple[int, ...]],
+    order: Sequence[int],
+    budget: int,
+) -> Iterator[list[int]]:
+    """Greedy consecutive chunks of `order` under a memory budget and a padding limit.
 
+    A chunk closes when adding the next row would push its summed cost over `budget`, or
+    its padded tokens over `MAX_PADDING` x its real tokens. `segments[i]` are row i's
+    token lengths per padded forward (e.g. prefix, causal suffix, hindsight suffix); each
+    forward pads to its longest row. On a CPU a single row already fills the matrix
+    units, so padding is pure waste there; on a GPU rows of similar length still batch.
     A single row over budget still forms its own chunk (it cannot be split further).
     """
     chunk: list[int] = []
     used = 0
     for index in order:
-        if chunk and used + costs[index] > budget:
-            yield chunk
-            chunk, used = [], 0
+        if chunk:
+            grown = [*chunk, index]
+            real = sum(sum(segments[i]) for i in grown)
+            padded = len(grown) * sum(map(max, zip(*(segments[i] for i in grown), strict=True)))
+            if used + costs[index] > budget or padded > MAX_PADDING * real:
+                yield chunk
+                chunk, used = [], 0
         chunk.append(index)
         used += costs[index]
     if chunk:
@@ -247,7 +263,8 @@ def score_logprobs(
     costs = [_row_cost_bytes(loaded.model, view.length, len(view.action_ids)) for view in views]
     order = sorted(scored, key=lambda index: (len(views[index].context_ids), views[index].length))
     with _EvalMode(loaded.model):
-        for chunk in _chunks(costs, order, memory_budget_bytes):
+        segments = [(view.length,) for view in views]
+        for chunk in _chunks(costs, segments, order, memory_budget_bytes):
             log_probs = _action_log_softmax(loaded, [views[index] for index in chunk])
             for index, rows in zip(chunk, log_probs, strict=True):
                 targets = torch.tensor(views[index].action_ids, device=rows.device)
@@ -287,9 +304,10 @@ def _paired_log_softmax(
 
     The hindsight block sits just before the instruction (`agents.prompts`), so the two
     views of a step share most of their prompt. One batched forward over the shared
-    prefixes fills a KV cache; the cache is repeated per view and one batched forward over
-    the 2B suffixes (explicit position ids, the prefix padding masked) gives the action
-    distributions. Every pair needs a shared prefix of >= 1 token.
+    prefixes fills a KV cache; then one batched forward over the causal suffixes and,
+    after cropping the cache back to the prefixes, one over the hindsight suffixes
+    (explicit position ids, the prefix padding masked). Every pair needs a shared prefix
+    of >= 1 token.
 
     Returns:
         per pair, (causal, hindsight) float32 log-softmax, each [A_r, V].
@@ -309,36 +327,35 @@ def _paired_log_softmax(
         use_cache=True,
         logits_to_keep=1,
     ).past_key_values
-    cache.batch_repeat_interleave(2)  # rows become [causal 0, hindsight 0, causal 1, ...]
-    suffixes = [
-        (view, length)
-        for (causal_item, hindsight_item), length in zip(pairs, prefix_lengths, strict=True)
-        for view in (causal_item, hindsight_item)
-    ]
-    width = max(view.length - length for view, length in suffixes)
-    suffix_ids = torch.full((len(suffixes), width), pad_id, dtype=torch.long)
-    suffix_mask = torch.zeros_like(suffix_ids)
-    keep = torch.zeros((len(suffixes), width), dtype=torch.bool)
-    position_ids = torch.zeros_like(suffix_ids)
-    for row, (view, length) in enumerate(suffixes):
-        tokens = view.context_ids[length:] + view.action_ids
-        suffix_ids[row, : len(tokens)] = torch.tensor(tokens)
-        suffix_mask[row, : len(tokens)] = 1
-        first = len(view.context_ids) - length - 1  # predicts the first action token
-        keep[row, first : first + len(view.action_ids)] = True
-        position_ids[row] = length + torch.arange(width)
-    attention_mask = torch.cat([prefix_mask.repeat_interleave(2, dim=0), suffix_mask], dim=1)
-    logits = model(
-        input_ids=suffix_ids.to(device),
-        attention_mask=attention_mask.to(device),
-        position_ids=position_ids.to(device),
-        past_key_values=cache,
-        use_cache=True,
-        logits_to_keep=keep.to(device),
-    ).logits
-    log_probs = torch.log_softmax(logits.float(), dim=-1)
-    rows = torch.split(log_probs, [len(view.action_ids) for view, _ in suffixes])
-    return [(rows[2 * r], rows[2 * r + 1]) for r in range(len(pairs))]
+    per_view = []
+    for view_index in (0, 1):
+        views = [pair[view_index] for pair in pairs]
+        width = max(
+            view.length - length for view, length in zip(views, prefix_lengths, strict=True)
+        )
+        suffix_ids = torch.full((len(views), width), pad_id, dtype=torch.long)
+        suffix_mask = torch.zeros_like(suffix_ids)
+        keep = torch.zeros((len(views), width), dtype=torch.bool)
+        position_ids = torch.zeros_like(suffix_ids)
+        for row, (view, length) in enumerate(zip(views, prefix_lengths, strict=True)):
+            tokens = view.context_ids[length:] + view.action_ids
+            suffix_ids[row, : len(tokens)] = torch.tensor(tokens)
+            suffix_mask[row, : len(tokens)] = 1
+            first = len(view.context_ids) - length - 1  # predicts the first action token
+            keep[row, first : first + len(view.action_ids)] = True
+            position_ids[row] = length + torch.arange(width)
+        logits = model(
+            input_ids=suffix_ids.to(device),
+            attention_mask=torch.cat([prefix_mask, suffix_mask], dim=1).to(device),
+            position_ids=position_ids.to(device),
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=keep.to(device),
+        ).logits
+        cache.crop(-width)  # back to the shared prefixes for the other view
+        log_probs = torch.log_softmax(logits.float(), dim=-1)
+        per_view.append(torch.split(log_probs, [len(view.action_ids) for view in views]))
+    return list(zip(*per_view, strict=True))
 
 
 def score_divergence(
@@ -369,24 +386,20 @@ def score_divergence(
         for c, h in zip(causal, hindsight, strict=True)
     ]
     scored = [index for index, view in enumerate(causal) if view.action_ids]
-    order = sorted(
-        scored, key=lambda index: (len(hindsight[index].context_ids), causal[index].length)
-    )
+    prefixes = [shared_prefix_length(c, h) for c, h in zip(causal, hindsight, strict=True)]
+    segments = [
+        (prefix, c.length - prefix, h.length - prefix)
+        for prefix, c, h in zip(prefixes, causal, hindsight, strict=True)
+    ]
+    order = sorted(scored, key=lambda index: segments[index])
     with _EvalMode(loaded.model):
-        for chunk in _chunks(costs, order, memory_budget_bytes):
-            shared = [i for i in chunk if shared_prefix_length(causal[i], hindsight[i]) > 0]
-            unshared = [i for i in chunk if i not in set(shared)]
-            distributions = (
-                dict(
-                    zip(
-                        shared,
-                        _paired_log_softmax(loaded, [(causal[i], hindsight[i]) for i in shared]),
-                        strict=True,
-                    )
-                )
-                if shared
-                else {}
-            )
+        for chunk in _chunks(costs, segments, order, memory_budget_bytes):
+            shared = [i for i in chunk if prefixes[i] > 0]
+            unshared = [i for i in chunk if prefixes[i] == 0]
+            distributions: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+            if shared:
+                pairs = [(causal[i], hindsight[i]) for i in shared]
+                distributions.update(zip(shared, _paired_log_softmax(loaded, pairs), strict=True))
             if unshared:
                 causal_rows = _action_log_softmax(loaded, [causal[i] for i in unshared])
                 hindsight_rows = _action_log_softmax(loaded, [hindsight[i] for i in unshared])
