@@ -7,7 +7,14 @@ import pytest
 
 from agents.base import AgentInput
 from credit.base import CreditOutput
-from credit.evaluate import NoisyExpertAgent, auroc, credit_quality, precision_at_k
+from credit.evaluate import (
+    EvaluateArgs,
+    NoisyExpertAgent,
+    auroc,
+    credit_quality,
+    main,
+    precision_at_k,
+)
 from tests.credit_cases import scripted_trajectory
 
 
@@ -60,3 +67,20 @@ def test_noisy_expert_mixes_expert_and_admissible_actions():
     assert all(a.action == "fix" for a in NoisyExpertAgent(0.0).act(inputs[:20]))
     with pytest.raises(ValueError, match="noise"):
         NoisyExpertAgent(1.5)
+
+
+def test_evaluate_command_on_sysdiag_prints_a_table_per_module(capsys):
+    main(EvaluateArgs(env="sysdiag", credit="grpo,rule_based", episodes=8))
+    printed = capsys.readouterr().out
+    assert "8 trajectories on sysdiag" in printed
+    grpo = printed.split("== grpo")[1].split("== rule_based")[0]
+    rule_based = printed.split("== rule_based")[1]
+    # GRPO gives every step of a trajectory the same credit: AUROC exactly 0.5.
+    assert "success" in grpo and " 0.500 " in grpo.splitlines()[2]
+    # The rule-based module reads the same labels the metric checks: perfect ranking.
+    assert " 1.000 " in rule_based.splitlines()[2]
+
+
+def test_evaluate_command_rejects_unknown_module():
+    with pytest.raises(SystemExit, match=r"valid: .*gigpo"):
+        main(EvaluateArgs(credit="gigpo,nope", episodes=1))
