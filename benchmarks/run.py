@@ -71,7 +71,7 @@ class RunConfig:
     group_size: int | None = None
     """Rollouts per task in one optimiser step (G); unset = the method's own choice: 1 for
     hp_rlvr (single rollout, its paper), 8 otherwise (GRPO / GiGPO / HCAPO papers)."""
-    steps: int = 2
+    steps: int = 1
     """Optimiser steps (policy_gradient: iterations of rollout -> credit -> update;
     sft: rounds)."""
     tasks_per_step: int = 1
@@ -85,7 +85,7 @@ class RunConfig:
     untrained small model act validly from the first step)."""
     max_new_tokens: int = 48
     """Longest policy response per step, in tokens."""
-    eval_episodes: int = 8
+    eval_episodes: int = 4
     """Evaluation episodes per split (the same tasks for every method and seed)."""
     split: str = "all"
     """Evaluation split: `all`, or one split of the env (ALFWorld: in_distribution,
@@ -99,15 +99,15 @@ class RunConfig:
     preset: Literal["default", "paper"] = "default"
     """Starting values of the other options: `default` fits a 2-core CPU in < 15 min;
     `paper` is the GiGPO/HCAPO ALFWorld setup (G=8, 150 steps, 50-step episodes), for a GPU."""
-    max_episode_steps: int | None = 8
+    max_episode_steps: int | None = 5
     """Step limit of an episode (unset: the env's own default). The SysDiag expert needs
-    3-4 steps; 8 keeps a CPU run short."""
+    3-4 steps; 5 keeps a CPU run short."""
     eval_temperature: float = 0.4
     """Sampling temperature of the policy during evaluation (> 0; GiGPO validates at 0.4,
     a low temperature close to greedy)."""
     eval_batch_size: int = 8
     """Evaluation episodes played together in one batch by an LLM policy."""
-    sample_group_size: int = 4
+    sample_group_size: int = 2
     """Rollouts of one task kept as sample trajectories with every module's credit."""
     name: str | None = None
     """Run folder name; derived from the configuration when unset (so reruns resume)."""
