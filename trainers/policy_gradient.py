@@ -494,9 +494,9 @@ class PolicyGradientTrainer:
             if config.kl_coef > 0:
                 kl = k3_kl(new_logprobs, self._reference_logprobs(batch, micro)) * mask
                 loss = loss + config.kl_coef * (weight * kl).sum()
-                sums["kl"] += float((weight * kl).sum())
+                sums["kl"] += float((weight * kl).sum().detach())
             loss.backward()
-            sums["policy"] += float((weight * policy_loss).sum())
+            sums["policy"] += float((weight * policy_loss).sum().detach())
             sums["clip"] += float((clipped * mask).sum())
             # Monte Carlo entropy of the sampling distribution: E_{y~pi}[-log pi(y)].
             sums["entropy"] += float((-batch.old_logprobs * mask).sum())
