@@ -191,3 +191,21 @@ def test_curriculum_subset_and_bad_arguments() -> None:
         SysDiagEnv().reset(options={"task_id": "cpu_hog-x"})
     with pytest.raises(RuntimeError, match="before reset"):
         SysDiagEnv().step("ls")
+
+
+def test_a_simulator_bug_answers_like_a_shell_and_the_episode_goes_on(monkeypatch) -> None:
+    from envs.sysdiag.shell import Shell
+
+    env = SysDiagEnv()
+    env.reset(seed=3)
+
+    def broken_run(self, line):
+        raise ZeroDivisionError("simulated bug")
+
+    monkeypatch.setattr(Shell, "run", broken_run)
+    observation, reward, terminated, truncated, _ = env.step("ps aux")
+    assert "bash: ps: internal error" in observation
+    assert reward == -STEP_COST and not terminated and not truncated
+    monkeypatch.undo()
+    observation, *_ = env.step("uptime")
+    assert "load average" in observation

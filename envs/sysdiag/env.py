@@ -20,6 +20,7 @@ its diagnosis commands, then the fix), `steps`.
 from __future__ import annotations
 
 import heapq
+import logging
 import random
 from typing import Any, ClassVar
 
@@ -30,6 +31,8 @@ from envs.sysdiag.catalog import build_host
 from envs.sysdiag.faults import FAULT_FAMILIES, Fault
 from envs.sysdiag.host import Host
 from envs.sysdiag.shell import Shell
+
+logger = logging.getLogger(__name__)
 
 STEP_COST = 0.01
 SUCCESS_REWARD = 1.0
@@ -236,7 +239,12 @@ class SysDiagEnv(gym.Env[str, str]):
             return cached[0]
         version = host.version
         cwd = shell.cwd
-        output, status = shell.run(line)
+        try:
+            output, status = shell.run(line)
+        except Exception:  # a simulator bug costs the agent one step, never the rollout
+            logger.exception("SysDiag shell failed on %r", line[:200])
+            command = line.split()[0] if line.split() else line
+            return f"bash: {command[:64]}: internal error"
         if host.version == version and shell.cwd == cwd and len(line) <= CACHE_MAX_COMMAND_CHARS:
             self.output_cache[key] = (output, status)
         return output
