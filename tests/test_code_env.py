@@ -214,6 +214,7 @@ def test_custom_task_file_plays(tmp_path: Path) -> None:
     assert env.step("submit")[-1]["success"]
 
 
+ESCAPE_PATH = Path("/var/tmp/creditgym-escape")
 HOSTILE_PROGRAMS = {
     "infinite loop": ("while True:\n    pass", "limit"),
     "fork bomb": (
@@ -225,8 +226,10 @@ HOSTILE_PROGRAMS = {
         "with open('f', 'wb') as h:\n    while True:\n        h.write(b'0' * 2**20)",
         "File too large",
     ),
+    # /var/tmp: outside the sandbox's private /tmp wherever the checkout lives (a checkout
+    # under /tmp is hidden by that tmpfs and would answer "No such file" instead).
     "write outside cwd": (
-        f"open({str(Path.cwd() / 'creditgym-escape')!r}, 'w')",
+        f"open({str(ESCAPE_PATH)!r}, 'w')",
         "Read-only file system",
     ),
     "kill the parent": (
@@ -239,7 +242,7 @@ HOSTILE_PROGRAMS = {
     ),
     "print gigabytes": ("while True:\n    print('x' * 2**20)", "output limit exceeded"),
     "network connect": (
-        "import socket\nsocket.create_connection(('1.1.1.1', 80), timeout=1)",
+        "import socket\nsocket.create_connection(('127.0.0.1', 9), timeout=1)",
         "Network is unreachable",
     ),
 }
@@ -253,6 +256,6 @@ def test_hostile_code_is_reported_and_env_keeps_working(env: CodeExecEnv, name: 
     env.step(f"write\n```python\n{code}\n\n{stub}\n```")
     observation = env.step("run")[0]
     assert expected in observation, observation
-    assert not Path.cwd().joinpath("creditgym-escape").exists()
+    assert not ESCAPE_PATH.exists()
     env.step(canonical_write(env))
     assert env.step("submit")[-1]["success"]
