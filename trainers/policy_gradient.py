@@ -140,8 +140,11 @@ class PolicyGradientConfig:
     """Optimisation passes over each iteration's batch."""
     num_minibatches: int = 1
     """Optimiser steps per pass (the trajectories are split into this many minibatches)."""
-    micro_batch_trajectories: int = 8
-    """Trajectories per forward/backward pass; gradients accumulate over micro-batches."""
+    micro_batch_trajectories: int = 1
+    """Trajectories per forward/backward pass; gradients accumulate over micro-batches.
+    Default 1: a backward keeps [heads, L, L] attention per row and layer, and `tiny`'s
+    byte-level SysDiag prompts reach L ~ 3,400, so 8 trajectories x 6 steps took > 20 GiB;
+    on a CPU larger micro-batches buy little speed anyway."""
     max_grad_norm: float = 1.0
     """Gradient-norm clip (the norm before clipping is logged)."""
     kl_coef: float = 0.0
