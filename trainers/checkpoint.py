@@ -19,13 +19,16 @@ import os
 import random
 import shutil
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 from torch.utils.tensorboard import SummaryWriter
+
+from credit.base import CreditModule
 
 CHECKPOINT_PREFIX = "step_"
 
@@ -128,6 +131,41 @@ def prune_checkpoints(run_dir: str | os.PathLike, keep: int) -> None:
     )
     for path in steps[:-keep]:
         shutil.rmtree(path, ignore_errors=True)
+
+
+def training_state(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    credit: CreditModule,
+    counters: Mapping[str, int],
+    config: Any,
+) -> dict[str, Any]:
+    """Everything a resumed run needs to continue identically: trainable weights,
+    optimiser, credit-module state (e.g. HP-RLVR's baseline), RNG states, the trainer's
+    counters and its config (a dataclass)."""
+    return {
+        **counters,
+        "trainable": trainable_state_dict(model),
+        "optimizer": optimizer.state_dict(),
+        "credit": credit.state_dict(),
+        "rng": rng_state(),
+        "config": asdict(config),
+    }
+
+
+def restore_training_state(
+    state: Mapping[str, Any],
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    credit: CreditModule,
+    counter_names: Iterable[str],
+) -> dict[str, int]:
+    """Load a `training_state` back in place; returns the named counters."""
+    load_trainable_state_dict(model, state["trainable"])
+    optimizer.load_state_dict(state["optimizer"])
+    credit.load_state_dict(state["credit"])
+    set_rng_state(state["rng"])
+    return {name: int(state[name]) for name in counter_names}
 
 
 class MetricsLog:

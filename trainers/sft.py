@@ -40,12 +40,10 @@ from trainers.checkpoint import (
     MetricsLog,
     latest_checkpoint,
     load_checkpoint,
-    load_trainable_state_dict,
     prune_checkpoints,
-    rng_state,
+    restore_training_state,
     save_checkpoint,
-    set_rng_state,
-    trainable_state_dict,
+    training_state,
 )
 from trainers.policy_gradient import (
     AgentConfig,
@@ -55,6 +53,9 @@ from trainers.policy_gradient import (
     rollout_metrics,
     to_device,
 )
+
+# Trainer counters saved in checkpoints and restored on resume.
+COUNTERS = ("round", "optimizer_step", "zero_grad_records")
 
 
 @dataclass(frozen=True)
@@ -295,25 +296,17 @@ class CreditFilteredSFTTrainer:
 
     def save(self) -> Path:
         """Checkpoint the adapter/model, optimiser, credit state, RNG states and counters."""
-        state = {
-            "round": self.round,
-            "optimizer_step": self.optimizer_step,
-            "zero_grad_records": self.zero_grad_records,
-            "trainable": trainable_state_dict(self.policy.model),
-            "optimizer": self.optimizer.state_dict(),
-            "credit": self.credit.state_dict(),
-            "rng": rng_state(),
-            "config": asdict(self.config),
-        }
+        counters = {name: getattr(self, name) for name in COUNTERS}
+        state = training_state(
+            self.policy.model, self.optimizer, self.credit, counters, self.config
+        )
         path = save_checkpoint(self.run_dir, self.round, state)
         prune_checkpoints(self.run_dir, self.config.keep_checkpoints)
         return path
 
     def _restore(self, state: Mapping[str, Any]) -> None:
-        load_trainable_state_dict(self.policy.model, state["trainable"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.credit.load_state_dict(state["credit"])
-        set_rng_state(state["rng"])
-        self.round = int(state["round"])
-        self.optimizer_step = int(state["optimizer_step"])
-        self.zero_grad_records = int(state["zero_grad_records"])
+        counters = restore_training_state(
+            state, self.policy.model, self.optimizer, self.credit, COUNTERS
+        )
+        for name, value in counters.items():
+            setattr(self, name, value)
