@@ -250,7 +250,14 @@ class RunData:
 
     @property
     def env(self) -> str:
-        return str(self.config["env_id"]).split("/")[-1]
+        """Column label: the env name plus what changes the task, so runs on different
+        task variants never share a cell, e.g. `SysDiag-v0[memory_leak, T=1]` (fault
+        families, episode step limit T)."""
+        name = str(self.config["env_id"]).split("/")[-1]
+        variant = [*self.config.get("faults", ())]
+        if self.config.get("max_episode_steps") is not None:
+            variant.append(f"T={self.config['max_episode_steps']}")
+        return f"{name}[{', '.join(variant)}]" if variant else name
 
 
 METHOD_FIELDS = ("model", "trainer", "credit", "group_size", "steps")

@@ -43,6 +43,7 @@ from agents.trajectory import Trajectory
 from benchmarks import records
 from benchmarks.cli import UsageError, exit_on_usage_error, lookup, suggest
 from credit.base import CreditModule
+from envs.sysdiag.faults import FAULT_FAMILIES
 from trainers.policy_gradient import AgentConfig, PolicyGradientConfig, PolicyGradientTrainer
 from trainers.sft import CreditFilteredSFTTrainer, SFTConfig
 
@@ -51,6 +52,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 # Evaluation seeds start far above any training seed so that evaluation tasks are never
 # training tasks where the env draws tasks from the seed (SysDiag, CodeExec).
 EVAL_SEED_BASE = 1_000_000
+SYSDIAG_ID = "creditgym/SysDiag-v0"
 
 
 @dataclass(frozen=True)
@@ -111,6 +113,12 @@ class RunConfig:
     """Rollouts of one task kept as sample trajectories with every module's credit."""
     name: str | None = None
     """Run folder name; derived from the configuration when unset (so reruns resume)."""
+    faults: tuple[str, ...] = ()
+    """SysDiag only: fault families to train and evaluate on (empty: all ten); e.g.
+    `--faults memory_leak` is the one-step task of the learning test (tests/test_learning.py)."""
+    history_len: int = 2
+    """(observation, action) pairs in the policy's prompt (K = 2, as in GiGPO); the
+    hindsight credit modules rebuild prompts with the same K."""
 
 
 PRESETS: dict[str, dict[str, Any]] = {
@@ -129,6 +137,10 @@ PRESETS: dict[str, dict[str, Any]] = {
         "eval_batch_size": 32,
     },
 }
+
+# Fields added after reference results were committed: left out of the run name's hash
+# while they hold these defaults, so the committed run folders keep their names.
+LATER_FIELD_DEFAULTS: dict[str, Any] = {"faults": (), "history_len": 2}
 
 # Fields that do not change what a run computes, left out of the run name's hash: a
 # rerun with more evaluation episodes, another split or device extends the same run.
@@ -274,6 +286,10 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-")
 
 
+def tuple_if_list(value: Any) -> Any:
+    return tuple(value) if isinstance(value, list) else value
+
+
 def run_name(cfg: RunConfig) -> str:
     """Readable name plus a hash of every result-deciding field (same config, same name)."""
     if cfg.name:
@@ -282,6 +298,7 @@ def run_name(cfg: RunConfig) -> str:
         key: value
         for key, value in dataclasses.asdict(cfg).items()
         if key not in NON_IDENTITY_FIELDS
+        and not (key in LATER_FIELD_DEFAULTS and tuple_if_list(value) == LATER_FIELD_DEFAULTS[key])
     }
     identity["env"] = env_id_for(cfg.env)
     identity["group_size"] = group_size(cfg)
@@ -340,6 +357,8 @@ def env_kwargs_for(cfg: RunConfig, env_id: str, split: EvalSplit | None) -> dict
     )
     if cfg.max_episode_steps is not None:
         kwargs["max_steps"] = cfg.max_episode_steps
+    if cfg.faults:
+        kwargs["faults"] = list(cfg.faults)
     return kwargs
 
 
@@ -364,6 +383,13 @@ def validate(cfg: RunConfig) -> None:
     lookup("trainer", cfg.trainer, {name: name for name in TRAINER_NAMES})
     if cfg.eval_episodes < 0 or cfg.steps < 0 or group_size(cfg) < 1:
         raise UsageError("--eval-episodes and --steps must be >= 0 and --group-size >= 1")
+    if cfg.faults and env_id != SYSDIAG_ID:
+        raise UsageError(f"--faults selects SysDiag fault families; {env_id} has none")
+    if cfg.faults:
+        for family in cfg.faults:
+            lookup("fault family", family, {name: name for name in FAULT_FAMILIES})
+    if cfg.history_len < 0:
+        raise UsageError(f"--history-len must be >= 0 (got {cfg.history_len})")
     if cfg.eval_temperature <= 0:
         raise UsageError("--eval-temperature must be > 0 (the policy records log-probs)")
     if cfg.model in SCRIPTED_AGENTS and trains(cfg):
@@ -393,8 +419,9 @@ def load_trained_policy(base: LoadedModel, final_dir: Path, device: str) -> Load
     return LoadedModel(name=base.name, model=model, tokenizer=base.tokenizer)
 
 
-def build_credit(name: str, policy: LoadedModel | None) -> CreditModule:
-    """Instantiate a credit module; modules that score with a model get `policy`."""
+def build_credit(name: str, policy: LoadedModel | None, history_len: int = 2) -> CreditModule:
+    """Instantiate a credit module; modules that score with a model get `policy` and the
+    prompt history length `history_len` (their rebuilt prompts must match the rollout's)."""
     try:
         cls = credit.resolve(name)
     except KeyError as error:
@@ -402,6 +429,8 @@ def build_credit(name: str, policy: LoadedModel | None) -> CreditModule:
     if "model" in inspect.signature(cls).parameters:  # HCAPO, HP-RLVR: hindsight scoring
         if policy is None:
             raise UsageError(f"credit module {name} needs a policy model")
+        if "history_len" in inspect.signature(cls).parameters:
+            return cls(policy, history_len=history_len)
         return cls(policy)
     return cls()
 
@@ -415,12 +444,13 @@ def train(cfg: RunConfig, env_id: str, run_dir: Path, policy: LoadedModel) -> Lo
     trainer_cls, trainer_config = trainer_configs(cfg)[cfg.trainer]
     trainer = trainer_cls(
         policy,
-        build_credit(cfg.credit, policy),
+        build_credit(cfg.credit, policy, cfg.history_len),
         env_id,
         env_kwargs_for(cfg, env_id, None),
         AgentConfig(
             temperature=TRAIN_TEMPERATURE,
             max_new_tokens=cfg.max_new_tokens,
+            history_len=cfg.history_len,
             constrained=cfg.constrained,
         ),
         trainer_config,
@@ -528,6 +558,7 @@ def policy_rollouts(
         policy,
         temperature=temperature,
         max_new_tokens=cfg.max_new_tokens,
+        history_len=cfg.history_len,
         constrained=cfg.constrained,
         seed=agent_seed,
     )
@@ -638,7 +669,8 @@ def write_samples(cfg: RunConfig, env_id: str, run_dir: Path, policy: LoadedMode
         )
         scorer = policy
     credit_by_module = {
-        name: build_credit(name, scorer)(group).step_advantages for name in sorted(credit.REGISTRY)
+        name: build_credit(name, scorer, cfg.history_len)(group).step_advantages
+        for name in sorted(credit.REGISTRY)
     }
     lines = [
         json.dumps(

@@ -76,12 +76,12 @@ def test_cells_are_mean_and_standard_error_over_seeds(swept):
     table = leaderboard.write_leaderboard(swept / "runs", swept)
     rates = per_seed_rates(swept, "random")
     random_method = next(m for m in table.methods if m[0] == "random")
-    cell = table.cells[(random_method, "SysDiag-v0/test")]
+    cell = table.cells[(random_method, "SysDiag-v0[T=5]/test")]
     assert cell.n == 3
     assert cell.mean == pytest.approx(statistics.fmean(rates))
     assert cell.se == pytest.approx(statistics.stdev(rates) / math.sqrt(3))
     expert_method = next(m for m in table.methods if m[0] == "expert")
-    assert table.cells[(expert_method, "SysDiag-v0/test")].text() == "100.0 (n=1)"
+    assert table.cells[(expert_method, "SysDiag-v0[T=5]/test")].text() == "100.0 (n=1)"
 
 
 def test_markdown_csv_and_html_agree_and_html_sorts_offline(swept):
@@ -104,7 +104,7 @@ def test_markdown_csv_and_html_agree_and_html_sorts_offline(swept):
 def test_comparison_says_when_a_method_is_not_distinguishable(swept):
     table = leaderboard.build_table(records.load_runs(swept / "runs"))
     (line,) = leaderboard.comparisons(table)
-    assert line.startswith("- SysDiag-v0/test: best expert (eval-only)")
+    assert line.startswith("- SysDiag-v0[T=5]/test: best expert (eval-only)")
     assert "cannot tell" in line  # the expert has one seed: no standard error to compare
 
 
@@ -137,3 +137,15 @@ def test_training_plots_and_stats_come_from_metrics(tmp_path):
         "success_vs_wallclock.png",
         "zero_grad_fraction.png",
     }
+
+
+def test_runs_on_different_task_variants_never_share_a_column():
+    def env_label(**config) -> str:
+        return records.RunData(Path("."), config, (), (), None).env
+
+    assert env_label(env_id="creditgym/SysDiag-v0", max_episode_steps=None) == "SysDiag-v0"
+    assert env_label(env_id="creditgym/SysDiag-v0", max_episode_steps=6) == "SysDiag-v0[T=6]"
+    assert (
+        env_label(env_id="creditgym/SysDiag-v0", faults=["memory_leak"], max_episode_steps=1)
+        == "SysDiag-v0[memory_leak, T=1]"
+    )
