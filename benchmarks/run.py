@@ -308,9 +308,8 @@ def run_name(cfg: RunConfig) -> str:
         if trains(cfg)
         else EVAL_ONLY
     )
-    return _slug(
-        f"{short_env_name(identity['env'])}_{cfg.model}_{what}_seed{cfg.seed}_{digest[:6]}"
-    )
+    env = "-".join([short_env_name(identity["env"]), *cfg.faults])
+    return _slug(f"{env}_{cfg.model}_{what}_seed{cfg.seed}_{digest[:6]}")
 
 
 def parse_config(argv: Sequence[str] | None = None) -> RunConfig:

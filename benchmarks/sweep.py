@@ -52,6 +52,10 @@ class SweepConfig:
     """List the runs and whether each is finished, without running anything."""
     leaderboard: bool = True
     """Rebuild results/leaderboard.* from the run folders at the end."""
+    shard: str = "0/1"
+    """`i/n`: run only the configurations at positions i, i + n, i + 2n, ... of the
+    sweep, so n processes (or machines) can split one sweep without running a
+    configuration twice; e.g. `--shard 0/2` and `--shard 1/2` on a 2-core machine."""
 
 
 def _coerce(key: str, value: Any) -> Any:
@@ -61,7 +65,17 @@ def _coerce(key: str, value: Any) -> Any:
             f"unknown run option {key!r} in sweep file; valid: {', '.join(RUN_FIELDS)}."
             f"{suggest(key, RUN_FIELDS)}"
         )
+    if key == "faults":  # "a,b" or ["a", "b"] (in [common]; in a grid a list is an axis)
+        return tuple(value.split(",")) if isinstance(value, str) else tuple(value)
     return Path(value) if key == "out" else value
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """`"i/n"` -> (i, n) with 0 <= i < n, or a UsageError."""
+    index, _, count = text.partition("/")
+    if not (index.isdigit() and count.isdigit()) or not int(index) < int(count):
+        raise UsageError(f"--shard must be i/n with 0 <= i < n (got {text!r})")
+    return int(index), int(count)
 
 
 def expand(document: Mapping[str, Any], out: Path) -> list[RunConfig]:
@@ -103,7 +117,8 @@ def load_sweep(path: Path, out: Path) -> list[RunConfig]:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `python -m benchmarks.sweep`."""
     sweep = tyro.cli(SweepConfig, prog="python -m benchmarks.sweep", args=argv)
-    configs = load_sweep(sweep.config, sweep.out)
+    shard_index, shard_count = parse_shard(sweep.shard)
+    configs = load_sweep(sweep.config, sweep.out)[shard_index::shard_count]
     for config in configs:
         validate(config)
     finished = [is_finished(config) for config in configs]

@@ -48,6 +48,27 @@ def test_sweep_runs_the_grid_then_skips_finished_runs(swept, capsys):
     assert "4 runs, 4 finished" in out and out.count("finished, skipped") == 4
 
 
+def test_sweep_shards_split_the_grid_without_overlap(swept, capsys):
+    config = swept / "sweep.toml"
+    names = []
+    for shard in ("0/2", "1/2"):
+        argv = ["--config", str(config), "--out", str(swept / "runs"), "--dry-run"]
+        assert sweep.main([*argv, "--shard", shard]) == 0
+        names.append({line.split()[1] for line in capsys.readouterr().out.splitlines()[1:]})
+    assert len(names[0]) == len(names[1]) == 2 and not names[0] & names[1]
+    assert sweep.main(["--config", str(config), "--shard", "2/2", "--dry-run"]) == 2
+
+
+def test_sweep_fault_families_become_tuples(tmp_path):
+    document = {"common": {"faults": ["memory_leak", "cpu_hog"]}, "grid": [{"seed": [0]}]}
+    assert sweep.expand(document, tmp_path)[0].faults == ("memory_leak", "cpu_hog")
+    document = {"grid": [{"faults": ["memory_leak", "cpu_hog,fork_storm"]}]}
+    assert [c.faults for c in sweep.expand(document, tmp_path)] == [
+        ("memory_leak",),
+        ("cpu_hog", "fork_storm"),
+    ]
+
+
 def test_sweep_rejects_unknown_option_with_suggestion(tmp_path, capsys):
     config = tmp_path / "bad.toml"
     config.write_text('[[grid]]\nenv = "sysdiag"\neval_episode = 3\n')
