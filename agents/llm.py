@@ -26,10 +26,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
-from transformers import DynamicCache, PreTrainedTokenizerBase
+from transformers import PreTrainedTokenizerBase
 
 from agents.base import AgentAction, AgentInput
 from agents.constrained import TokenTrie, build_action_trie
+from agents.kv_cache import growing_cache
 from agents.logprobs import check_sampling_params, sampling_logprobs
 from agents.models import LoadedModel
 from agents.parsing import ACTION_CLOSE, parse_action
@@ -179,7 +180,7 @@ class LLMAgent:
         tries: Sequence[TokenTrie | None],
         rngs: Sequence[torch.Generator],
     ) -> list[Generation]:
-        """Batched sampling with left padding and a KV cache.
+        """Batched sampling with left padding and a KV cache that grows in place.
 
         Args:
             prompts: B prompt id sequences.
@@ -202,7 +203,7 @@ class LLMAgent:
         input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
         position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
         next_position = attention_mask.sum(-1, keepdim=True)
-        cache = DynamicCache()
+        cache = growing_cache()  # in-place appends: no O(L) copy per token (agents.kv_cache)
         output = model(
             input_ids=input_ids,
             attention_mask=attention_mask,
