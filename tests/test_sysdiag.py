@@ -99,6 +99,8 @@ def test_reboot_ends_the_episode_with_partial_or_no_credit(family, expected_rewa
     _observation, reward, terminated, truncated, info = env.step("reboot")
     assert (reward, terminated, truncated, info["success"]) == (expected_reward, True, False, False)
     assert ("persisted" in info["feedback"]) == (expected_reward == 0.0)
+    # Clearing the symptoms is not progress on the root cause: never a key step.
+    assert info["key_step"] is False
 
 
 def test_killing_fork_storm_workers_does_not_fix_it() -> None:

@@ -192,7 +192,9 @@ class SysDiagEnv(gym.Env[str, str]):
         if not self.revealed and self.fault.reveals(observation):
             self.revealed = key_step = True
         fixed, progress = self._fixed_and_progress()
-        if progress > self.best_progress:
+        # A reboot that clears a transient fault neither reveals nor fixes the root cause:
+        # its apparent progress is not a key step (credit labels would reward the trap).
+        if progress > self.best_progress and not self.shell.rebooted:
             self.best_progress = progress
             key_step = True
 
