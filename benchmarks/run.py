@@ -115,7 +115,8 @@ class RunConfig:
     """Run folder name; derived from the configuration when unset (so reruns resume)."""
     faults: tuple[str, ...] = ()
     """SysDiag only: fault families to train and evaluate on (empty: all ten); e.g.
-    `--faults memory_leak` is the one-step task of the learning test (tests/test_learning.py)."""
+    `--faults memory_leak --max-episode-steps 1` is the one-step task of the reference
+    learning slice (benchmarks/configs/reference_cpu.toml)."""
     history_len: int = 2
     """(observation, action) pairs in the policy's prompt (K = 2, as in GiGPO); the
     hindsight credit modules rebuild prompts with the same K."""
