@@ -7,6 +7,7 @@ bad input as a `UsageError`: one line on stderr, exit status 2, no traceback.
 from __future__ import annotations
 
 import difflib
+import os
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from typing import TypeVar
@@ -43,6 +44,11 @@ def exit_on_usage_error(main: Callable[[list[str] | None], int]) -> Callable[...
         except UsageError as error:
             print(f"error: {error}", file=sys.stderr)
             return USAGE_EXIT_CODE
+        except BrokenPipeError:
+            # The reader went away (`... | head`): stop quietly, as Unix tools do. Python
+            # would otherwise print a second error when it flushes stdout at exit.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 1
 
     wrapped.__doc__ = main.__doc__
     wrapped.__name__ = main.__name__

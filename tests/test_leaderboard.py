@@ -6,6 +6,8 @@ import csv
 import io
 import math
 import statistics
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -170,3 +172,12 @@ def test_runs_on_different_task_variants_never_share_a_column():
         env_label(env_id="creditgym/SysDiag-v0", faults=["memory_leak"], max_episode_steps=1)
         == "SysDiag-v0[memory_leak, T=1]"
     )
+
+
+def test_sweep_piped_into_a_closed_reader_exits_without_a_traceback(swept):
+    command = [sys.executable, "-m", "benchmarks.sweep", "--config", str(swept / "sweep.toml")]
+    command += ["--out", str(swept / "runs"), "--dry-run"]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    process.stdout.close()  # like `| head -0`: every write hits a closed pipe
+    _, err = process.communicate(timeout=120)
+    assert b"Traceback" not in err and process.returncode == 1
