@@ -55,13 +55,28 @@ class GrowingLayer(DynamicLayer):
             grown[..., : self._length, :] = buffer[..., : self._length, :]
         return grown
 
+    def _resync(self) -> None:
+        """Adopt `keys` / `values` as the buffers after an inherited operation replaced
+        them (row selection or repetition, crop, beam reorder); the next append regrows."""
+        if self.is_initialized and self.keys is not None and self.keys.numel():
+            self._key_buffer, self._value_buffer = self.keys, self.values
+            self._length = self.keys.shape[-2]
+
     def batch_select_indices(self, indices: torch.Tensor) -> None:
-        """Keep only the rows `indices` (finished rows leave the batch)."""
-        if self.get_seq_length() > 0:
-            self._key_buffer = self._key_buffer[indices]
-            self._value_buffer = self._value_buffer[indices]
-            self.keys = self._key_buffer[..., : self._length, :]
-            self.values = self._value_buffer[..., : self._length, :]
+        super().batch_select_indices(indices)
+        self._resync()
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        super().batch_repeat_interleave(repeats)
+        self._resync()
+
+    def crop(self, tokens_to_remove: int) -> None:
+        super().crop(tokens_to_remove)
+        self._resync()
+
+    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+        super().reorder_cache(beam_idx)
+        self._resync()
 
 
 def growing_cache() -> DynamicCache:

@@ -141,7 +141,7 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 # Fields added after reference results were committed: left out of the run name's hash
 # while they hold these defaults, so the committed run folders keep their names.
-LATER_FIELD_DEFAULTS: dict[str, Any] = {"faults": (), "history_len": 2}
+LATER_FIELDS = ("faults", "history_len")
 
 # Fields that do not change what a run computes, left out of the run name's hash: a
 # rerun with more evaluation episodes, another split or device extends the same run.
@@ -287,10 +287,6 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-")
 
 
-def tuple_if_list(value: Any) -> Any:
-    return tuple(value) if isinstance(value, list) else value
-
-
 def run_name(cfg: RunConfig) -> str:
     """Readable name plus a hash of every result-deciding field (same config, same name)."""
     if cfg.name:
@@ -299,7 +295,7 @@ def run_name(cfg: RunConfig) -> str:
         key: value
         for key, value in dataclasses.asdict(cfg).items()
         if key not in NON_IDENTITY_FIELDS
-        and not (key in LATER_FIELD_DEFAULTS and tuple_if_list(value) == LATER_FIELD_DEFAULTS[key])
+        and not (key in LATER_FIELDS and value == RunConfig.__dataclass_fields__[key].default)
     }
     identity["env"] = env_id_for(cfg.env)
     identity["group_size"] = group_size(cfg)
