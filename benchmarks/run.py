@@ -140,7 +140,7 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 # Fields added after reference results were committed: left out of the run name's hash
-# while they hold these defaults, so the committed run folders keep their names.
+# while they hold their defaults, so the committed run folders keep their names.
 LATER_FIELDS = ("faults", "history_len")
 
 # Fields that do not change what a run computes, left out of the run name's hash: a
