@@ -2,7 +2,8 @@
 
 transformers' `DynamicLayer.update` runs `torch.cat([cache, new], dim=-2)` for every
 layer at every step, copying the whole cache: O(L) bytes per token, O(L^2) per response.
-On a CPU that copy is memory-bound and grows with the batch. `GrowingLayer` keeps a buffer with spare room along the sequence
+On a CPU that copy is memory-bound and grows with the batch. `GrowingLayer` keeps a
+buffer with spare room along the sequence
 axis (doubling when full, amortised O(1) per token) and hands attention views of its
 filled part, so a step writes only the new keys and values.
 """

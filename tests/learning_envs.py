@@ -2,7 +2,8 @@
 
 `reboot` clears a memory leak for now (+0.3, not a success) and is a trap: single-rollout
 HP-RLVR can collapse onto it (its hindsight and causal views then agree, the JSD weight
-vanishes and it cannot leave), so whether the test passed depended on float rounding. Without the command, constrained decoding cannot
+vanishes and it cannot leave), so whether the test passed depended on float rounding.
+Without the command, constrained decoding cannot
 emit it and the test measures what it is for: that training raises the success rate.
 The trap itself is measured in the reference results (`results/leaderboard.md`).
 
