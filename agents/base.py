@@ -7,7 +7,7 @@ so the rollout engine drives scripted agents and LLM policies through the same p
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -58,6 +58,25 @@ class Agent(Protocol):
     name: str
 
     def act(self, inputs: Sequence[AgentInput]) -> list[AgentAction]: ...
+
+
+class ActionStream(Protocol):
+    """Steps in flight: `add` queues one, `advance` does one unit of work (an LLM: one
+    decode step) and returns (key, action) of the steps it completed."""
+
+    def __len__(self) -> int: ...
+
+    def add(self, key: Hashable, agent_input: AgentInput) -> None: ...
+
+    def advance(self) -> list[tuple[Hashable, AgentAction]]: ...
+
+
+@runtime_checkable
+class StreamingAgent(Agent, Protocol):
+    """An agent that can also take steps one by one while others are in flight
+    (continuous batching); `agents.rollout.collect` prefers this path."""
+
+    def stream(self) -> ActionStream: ...
 
 
 class ExpertAgent:

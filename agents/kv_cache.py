@@ -6,6 +6,10 @@ On a CPU that copy is memory-bound and grows with the batch. `GrowingLayer` keep
 buffer with spare room along the sequence
 axis (doubling when full, amortised O(1) per token) and hands attention views of its
 filled part, so a step writes only the new keys and values.
+
+Continuous batching (`agents.batching`) also needs rows to join a running cache and
+the all-padding columns on its left to go once the rows that needed them have left:
+`join_rows` and `trim_left`.
 """
 
 from __future__ import annotations
@@ -60,6 +64,26 @@ class GrowingLayer(DynamicLayer):
             self._key_buffer, self._value_buffer = self.keys, self.values
             self._length = self.keys.shape[-2]
 
+    def join_rows(self, keys: torch.Tensor, values: torch.Tensor) -> None:
+        """Append rows [b, kv_heads, length, head_dim] along the batch axis, right-aligned
+        with the existing rows: whichever side is shorter is left-padded with zeros
+        (finite, and masked out by the caller's attention mask)."""
+        width = max(self._length, keys.shape[-2])
+        capacity = width + INITIAL_SPARE
+        self._key_buffer = _stack_right_aligned(self.keys, keys, width, capacity)
+        self._value_buffer = _stack_right_aligned(self.values, values, width, capacity)
+        self._length = width
+        self.keys = self._key_buffer[..., :width, :]
+        self.values = self._value_buffer[..., :width, :]
+
+    def trim_left(self, columns: int) -> None:
+        """Forget the first `columns` positions of every row (views: nothing is copied)."""
+        self._key_buffer = self._key_buffer[..., columns:, :]
+        self._value_buffer = self._value_buffer[..., columns:, :]
+        self._length -= columns
+        self.keys = self._key_buffer[..., : self._length, :]
+        self.values = self._value_buffer[..., : self._length, :]
+
     def batch_select_indices(self, indices: torch.Tensor) -> None:
         super().batch_select_indices(indices)
         self._resync()
@@ -75,6 +99,31 @@ class GrowingLayer(DynamicLayer):
     def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
         super().reorder_cache(beam_idx)
         self._resync()
+
+
+def _stack_right_aligned(
+    top: torch.Tensor, bottom: torch.Tensor, width: int, capacity: int
+) -> torch.Tensor:
+    """[b1 + b2, heads, capacity, dim] zeros holding `top` then `bottom`, each ending at
+    column `width`."""
+    out = top.new_zeros((top.shape[0] + bottom.shape[0], *top.shape[1:-2], capacity, top.shape[-1]))
+    out[: top.shape[0], ..., width - top.shape[-2] : width, :] = top
+    out[top.shape[0] :, ..., width - bottom.shape[-2] : width, :] = bottom
+    return out
+
+
+def join_rows(cache: DynamicCache, other: DynamicCache) -> None:
+    """Append the rows of `other` to `cache` in place (both from `growing_cache`, both
+    filled); the shorter side is left-padded, so the caller left-pads its masks alike."""
+    for layer, extra in zip(cache.layers, other.layers, strict=True):
+        layer.join_rows(extra.keys, extra.values)
+
+
+def trim_left(cache: DynamicCache, columns: int) -> None:
+    """Drop the first `columns` positions of every layer of a `growing_cache`."""
+    if columns > 0:
+        for layer in cache.layers:
+            layer.trim_left(columns)
 
 
 def growing_cache() -> DynamicCache:

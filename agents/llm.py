@@ -3,10 +3,12 @@
 One `act` call handles a batch of environments: each prompt is built from the step's
 `AgentInput` (agents.prompts, the verl-agent / GiGPO / HCAPO format), rendered with the
 model's chat template, and all rows are generated together with left padding and a KV
-cache. The sampling loop is written out (not `model.generate`) so that each token's
-log-prob is recorded under the distribution it was actually drawn from (constraint
-mask, temperature, top-p; see `agents.logprobs.sampling_logprobs`), and the prompt and
-generated ids are stored as produced: nothing is re-tokenised afterwards.
+cache. `stream()` offers the same steps as a continuous batch (`agents.batching`):
+rollouts add an environment's next step as soon as its observation arrives, while the
+other rows keep decoding. The sampling loop is written out (not `model.generate`) so
+that each token's log-prob is recorded under the distribution it was actually drawn from
+(constraint mask, temperature, top-p; see `agents.logprobs.sampling_logprobs`), and the
+prompt and generated ids are stored as produced: nothing is re-tokenised afterwards.
 
 Randomness is per episode, not per batch: row r draws its Gumbel noise from a generator
 seeded by (agent seed, `AgentInput.episode_key`, step index), and samples
@@ -22,16 +24,16 @@ sequential generation on identical work.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
 import torch
 from transformers import PreTrainedTokenizerBase
 
 from agents.base import AgentAction, AgentInput
+from agents.batching import ContinuousBatch, Generation
 from agents.constrained import TokenTrie, build_action_trie
-from agents.kv_cache import growing_cache
-from agents.logprobs import check_sampling_params, sampling_logprobs
+from agents.logprobs import check_sampling_params
 from agents.models import LoadedModel
 from agents.parsing import ACTION_CLOSE, parse_action
 from agents.prompts import build_messages
@@ -60,14 +62,6 @@ class SamplingConfig:
     history_len: int = 2
     constrained: bool = False
     seed: int = 0
-
-
-@dataclass(frozen=True)
-class Generation:
-    """One generated response: token ids (stop token included) and their log-probs."""
-
-    token_ids: tuple[int, ...]
-    logprobs: tuple[float, ...]
 
 
 def _row_generator(key: str) -> torch.Generator:
@@ -136,51 +130,26 @@ class LLMAgent:
 
     def act(self, inputs: Sequence[AgentInput]) -> list[AgentAction]:
         """Sample one response per input in one batched generation; parse the actions."""
-        if not inputs:
-            return []
-        tokenizer = self.loaded.tokenizer
-        prompts = [encode_prompt(tokenizer, self.messages(x)) for x in inputs]
-        tries = [
-            build_action_trie(tokenizer, x.admissible_commands)
-            if self.config.constrained and x.admissible_commands
-            else None
-            for x in inputs
-        ]
-        rngs = [
-            _row_generator(
-                f"{self.config.seed}/{x.episode_key or f'call{self._calls}/row{row}'}"
-                f"/step{len(x.history)}"
-            )
-            for row, x in enumerate(inputs)
-        ]
-        self._calls += 1
-        generations = self.generate([ids for _, ids in prompts], tries, rngs)
-        actions = []
-        for x, (prompt_text, prompt_ids), generation in zip(
-            inputs, prompts, generations, strict=True
-        ):
-            response = tokenizer.decode(list(generation.token_ids), skip_special_tokens=True)
-            parsed = parse_action(response, x.admissible_commands)
-            actions.append(
-                AgentAction(
-                    action=parsed.action,
-                    prompt_text=prompt_text,
-                    prompt_token_ids=prompt_ids,
-                    response_text=response,
-                    action_token_ids=generation.token_ids,
-                    action_logprobs=generation.logprobs,
-                )
-            )
-        return actions
+        stream = self.stream()
+        for row, agent_input in enumerate(inputs):
+            stream.add(row, agent_input)
+        actions: dict[int, AgentAction] = {}
+        while len(stream):
+            actions.update(stream.advance())
+        return [actions[row] for row in range(len(inputs))]
 
-    @torch.no_grad()
+    def stream(self) -> LLMStream:
+        """A continuous batch of this agent's steps (`agents.batching`): inputs join
+        while others generate; `agents.rollout.collect` uses it to keep the batch full."""
+        return LLMStream(self)
+
     def generate(
         self,
         prompts: Sequence[Sequence[int]],
         tries: Sequence[TokenTrie | None],
         rngs: Sequence[torch.Generator],
     ) -> list[Generation]:
-        """Batched sampling with left padding and a KV cache that grows in place.
+        """Batched sampling of raw prompts (token ids), all rows admitted together.
 
         Args:
             prompts: B prompt id sequences.
@@ -188,85 +157,84 @@ class LLMAgent:
             rngs: per row, the (CPU) generator of that row's Gumbel noise.
         Returns:
             B generations; a row stops at EOS, at `</action>`, at the end of its trie
-            path, or after `max_new_tokens`. Finished rows leave the batch (and the
-            cache) so the remaining rows do not pay for them.
+            path, or after `max_new_tokens`, and leaves the batch (and the cache) so the
+            remaining rows do not pay for it.
         """
-        model, tokenizer, config = self.loaded.model, self.loaded.tokenizer, self.config
-        device = next(model.parameters()).device
-        eos_id = tokenizer.eos_token_id
-        width = max(len(p) for p in prompts)
-        input_ids = torch.full((len(prompts), width), tokenizer.pad_token_id, dtype=torch.long)
-        attention_mask = torch.zeros((len(prompts), width), dtype=torch.long)
-        for row, prompt in enumerate(prompts):
-            input_ids[row, width - len(prompt) :] = torch.tensor(prompt, dtype=torch.long)
-            attention_mask[row, width - len(prompt) :] = 1
-        input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
-        position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
-        next_position = attention_mask.sum(-1, keepdim=True)
-        cache = growing_cache()  # in-place appends: no O(L) copy per token (agents.kv_cache)
-        output = model(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            past_key_values=cache,
-            use_cache=True,
-            logits_to_keep=1,
-        )
-        tokens: list[list[int]] = [[] for _ in prompts]
-        logprobs: list[list[float]] = [[] for _ in prompts]
-        active = list(range(len(prompts)))  # original row of each batch row
-        for _ in range(config.max_new_tokens):
-            logits = output.logits[:, -1]
-            allowed = None
-            if any(tries[row] is not None for row in active):
-                allowed = torch.ones(logits.shape, dtype=torch.bool)
-                for k, row in enumerate(active):
-                    trie = tries[row]
-                    if trie is not None:
-                        allowed[k] = False
-                        allowed[k, trie.allowed(tokens[row])] = True
-                allowed = allowed.to(device)
-            step_logprobs = sampling_logprobs(logits, config.temperature, config.top_p, allowed)
-            # Gumbel-max: argmax(log p + G) is a sample of p; -inf (masked) never wins.
-            vocab = step_logprobs.shape[-1]
-            uniforms = torch.stack([torch.rand(vocab, generator=rngs[row]) for row in active])
-            gumbel = -torch.log(-torch.log(uniforms.clamp_(min=1e-20, max=1 - 1e-7)))
-            sampled = (step_logprobs + gumbel.to(device)).argmax(-1, keepdim=True)
-            sampled_logprobs = step_logprobs.gather(-1, sampled).squeeze(-1).tolist()
-            sampled_ids = sampled.squeeze(-1).tolist()
-            keep = []
-            for k, row in enumerate(active):
-                tokens[row].append(sampled_ids[k])
-                logprobs[row].append(sampled_logprobs[k])
-                if not self._finished(tokens[row], tries[row], eos_id):
-                    keep.append(k)
-            if not keep:
-                break
-            if len(keep) < len(active):
-                index = torch.tensor(keep, device=device)
-                cache.batch_select_indices(index)
-                attention_mask, next_position = attention_mask[index], next_position[index]
-                sampled = sampled[index]
-                active = [active[k] for k in keep]
-            attention_mask = torch.cat(
-                [attention_mask, attention_mask.new_ones((len(active), 1))], -1
-            )
-            output = model(
-                input_ids=sampled,
-                attention_mask=attention_mask,
-                position_ids=next_position,
-                past_key_values=cache,
-                use_cache=True,
-            )
-            next_position = next_position + 1
-        return [
-            Generation(tuple(ids), tuple(lps)) for ids, lps in zip(tokens, logprobs, strict=True)
-        ]
+        batch = self._batch()
+        for row, (prompt, trie, rng) in enumerate(zip(prompts, tries, rngs, strict=True)):
+            batch.add(row, tuple(prompt), trie, rng)
+        generations: dict[int, Generation] = {}
+        while len(batch):
+            generations.update(batch.advance())
+        return [generations[row] for row in range(len(prompts))]
 
-    def _finished(self, generated: list[int], trie: TokenTrie | None, eos_id: int) -> bool:
-        if generated[-1] == eos_id:
+    def _batch(self) -> ContinuousBatch:
+        return ContinuousBatch(
+            self.loaded.model,
+            pad_id=self.loaded.tokenizer.pad_token_id,
+            temperature=self.config.temperature,
+            top_p=self.config.top_p,
+            max_new_tokens=self.config.max_new_tokens,
+            stop=self._finished,
+        )
+
+    def _finished(self, generated: list[int], trie: TokenTrie | None) -> bool:
+        if generated[-1] == self.loaded.tokenizer.eos_token_id:
             return True
         if trie is not None:
             return not trie.walk(generated).children
         tail = self.loaded.tokenizer.decode(generated[-_STOP_TAIL_TOKENS:])
         return ACTION_CLOSE in tail
+
+
+class LLMStream:
+    """`LLMAgent`'s steps as a continuous batch: `add(key, input)` queues a step,
+    `advance()` runs one decode step and returns (key, action) of the steps whose
+    response is complete. Same prompts, seeds and parsing as `LLMAgent.act`."""
+
+    def __init__(self, agent: LLMAgent) -> None:
+        self.agent = agent
+        self.batch = agent._batch()
+        self.inputs: dict[Hashable, tuple[AgentInput, str, tuple[int, ...]]] = {}
+        self.call = agent._calls  # seeds rows that come without an episode key
+        agent._calls += 1
+
+    def __len__(self) -> int:
+        return len(self.batch)
+
+    def add(self, key: Hashable, agent_input: AgentInput) -> None:
+        if key in self.inputs:
+            raise ValueError(f"step {key!r} is already generating")
+        agent, x = self.agent, agent_input
+        prompt_text, prompt_ids = encode_prompt(agent.loaded.tokenizer, agent.messages(x))
+        trie = (
+            build_action_trie(agent.loaded.tokenizer, x.admissible_commands)
+            if agent.config.constrained and x.admissible_commands
+            else None
+        )
+        episode = x.episode_key or f"call{self.call}/row{key}"
+        rng = _row_generator(f"{agent.config.seed}/{episode}/step{len(x.history)}")
+        self.inputs[key] = (x, prompt_text, prompt_ids)
+        self.batch.add(key, prompt_ids, trie, rng)
+
+    def advance(self) -> list[tuple[Hashable, AgentAction]]:
+        tokenizer = self.agent.loaded.tokenizer
+        actions = []
+        for key, generation in self.batch.advance():
+            x, prompt_text, prompt_ids = self.inputs.pop(key)
+            response = tokenizer.decode(list(generation.token_ids), skip_special_tokens=True)
+            parsed = parse_action(response, x.admissible_commands)
+            actions.append(
+                (
+                    key,
+                    AgentAction(
+                        action=parsed.action,
+                        prompt_text=prompt_text,
+                        prompt_token_ids=prompt_ids,
+                        response_text=response,
+                        action_token_ids=generation.token_ids,
+                        action_logprobs=generation.logprobs,
+                    ),
+                )
+            )
+        return actions

@@ -1,4 +1,4 @@
-"""Batched rollouts: N environments in worker processes, one batched `agent.act` per step.
+"""Batched rollouts: N environments in worker processes, their steps generated in one batch.
 
 `collect(env_id, agent, seeds, group_size, num_envs)` plays G = `group_size` episodes of
 every task (a task is a reset seed, plus optional reset options), G rollouts of one task
@@ -6,8 +6,12 @@ sharing a `group_id` as GRPO / GiGPO / HCAPO need. Each environment lives in its
 worker process (forkserver), so a slow reset (ALFWorld's planner) runs while the other
 environments keep stepping: after sending a batch of steps the engine waits for those
 steps, takes whatever resets have finished meanwhile, and acts on all of them in one
-call. A worker that raises, dies or exceeds its timeout loses its episode (logged with
-the reason, listed in `RolloutStats.dropped`) and is replaced; the rest completes.
+call. An agent with `stream()` (`agents.base.StreamingAgent`: the LLM policy) is driven
+as a continuous batch instead: an env's next step joins the running generation as soon
+as its observation is back, and a finished response goes to its env at once, so no slot
+waits for the longest response of a round (`agents.batching`). A worker that raises,
+dies or exceeds its timeout loses its episode (logged with the reason, listed in
+`RolloutStats.dropped`) and is replaced; the rest completes.
 Healthy workers stay alive after the call and are reused by the next call with the
 same env id and kwargs (`close_workers` stops them).
 
@@ -34,7 +38,7 @@ from typing import Any
 import gymnasium as gym
 from tqdm import tqdm
 
-from agents.base import Agent, AgentAction, AgentInput
+from agents.base import Agent, AgentAction, AgentInput, StreamingAgent
 from agents.parsing import is_valid_action
 from agents.trajectory import Step, Trajectory
 
@@ -228,6 +232,9 @@ def collect(
     finished: dict[int, Trajectory] = {}
     dropped: list[str] = []
     agent_seconds = 0.0
+    # Agents that take steps one by one (LLMs: continuous batching) get each env's
+    # next step as soon as its observation is back; others act once per round.
+    stream = agent.stream() if isinstance(agent, StreamingAgent) else None
     bar = tqdm(total=num_episodes, desc=f"rollout {env_id}", disable=not progress, leave=False)
 
     def drop(slot: _Slot, reason: str) -> None:
@@ -282,25 +289,44 @@ def collect(
                     slot.episode = queue.popleft()
                     send(slot, ("reset", slot.episode.seed, slot.episode.options), reset_timeout_s)
             ready = [slot for slot in slots if slot.ready]
-            if ready:
-                inputs = [_agent_input(slot.episode) for slot in ready]
-                act_start = time.perf_counter()
-                decisions = agent.act(inputs)
-                agent_seconds += time.perf_counter() - act_start
-                if len(decisions) != len(inputs):
+            act_start = time.perf_counter()
+            if stream is not None:
+                for slot in ready:  # joins the running generation at the next advance
+                    stream.add(id(slot), _agent_input(slot.episode))
+                    slot.ready = False
+                decided = stream.advance() if len(stream) else []
+                by_id = {id(slot): slot for slot in slots}
+                decided = [(by_id[key], decision) for key, decision in decided]
+            elif ready:
+                decisions = agent.act([_agent_input(slot.episode) for slot in ready])
+                if len(decisions) != len(ready):
                     raise RuntimeError(
                         f"agent {agent.name!r} returned {len(decisions)} actions for "
-                        f"{len(inputs)} inputs"
+                        f"{len(ready)} inputs"
                     )
-                for slot, decision in zip(ready, decisions, strict=True):
-                    slot.decision = decision
-                    send(slot, ("step", decision.action), step_timeout_s)
+                decided = list(zip(ready, decisions, strict=True))
+            else:
+                decided = []
+            agent_seconds += time.perf_counter() - act_start
+            for slot, decision in decided:
+                slot.decision = decision
+                send(slot, ("step", decision.action), step_timeout_s)
             busy = [slot for slot in slots if slot.pending]
+            generating = stream is not None and len(stream) > 0
             if not busy:
-                if queue:
+                if queue or generating:
                     continue
                 break
-            _await_replies(busy, receive, drop, reset_grace_s)
+            if generating:
+                # Rows are decoding: wait for the (short) steps just sent, so an
+                # episode's next step joins at a fixed point of the generation, but
+                # never for a reset; those join whenever they are done.
+                _await_replies(
+                    [slot for slot in busy if slot.pending == "step"], receive, drop, 0.0
+                )
+                _poll_resets(busy, receive, drop)
+            else:
+                _await_replies(busy, receive, drop, reset_grace_s)
     finally:
         bar.close()
         for slot in slots:
@@ -362,6 +388,20 @@ def _await_replies(
     for slot in busy:
         if slot.pending and slot.conn.poll():
             receive(slot)
+
+
+def _poll_resets(
+    busy: list[_Slot], receive: Callable[[_Slot], None], drop: Callable[[_Slot, str], None]
+) -> None:
+    """Take the resets that are done; drop those past their deadline; never wait."""
+    now = time.monotonic()
+    for slot in busy:
+        if slot.pending != "reset":
+            continue
+        if slot.conn.poll():
+            receive(slot)
+        elif now >= slot.deadline:
+            drop(slot, f"timeout: no reply to {slot.pending} within the limit")
 
 
 def _take_worker(

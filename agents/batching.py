@@ -1,0 +1,214 @@
+"""Continuous batching: rows join and leave a running generation between decode steps.
+
+Lockstep batching (prefill every row, decode until the longest row stops) leaves a
+batch slot idle from the moment its row stops until the whole batch is done, and
+multi-step episodes wait for the slowest row at every step. Here a row that stops
+leaves at once (its cache rows are dropped) and a row added by `add` joins at the
+next `advance`: it is prefilled on its own and its cache appended to the running one,
+right-aligned (`agents.kv_cache.join_rows`), so the batch stays as full as the work
+allows -- the scheduling vLLM calls continuous batching, here on a transformers model
+with an explicit sampling loop.
+
+Layout: row b of the cache holds [left padding | prompt | generated tokens]; the 2-D
+attention mask marks the padding and each row carries its own next position id, so
+rows of any age share one decode step. Columns that are padding for every row left
+are trimmed once the rows that needed them are gone. Rows that join together with an
+identical prompt (a GRPO group at its first step) are prefilled once.
+
+Sampling is exactly `agents.llm`'s: each row draws Gumbel noise from its own generator
+and records log-probs under `agents.logprobs.sampling_logprobs`, so a row's tokens do
+not depend on which rows share its batch, up to float rounding in the logits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from agents.constrained import TokenTrie
+from agents.kv_cache import growing_cache, join_rows, trim_left
+from agents.logprobs import sampling_logprobs
+
+
+@dataclass(frozen=True)
+class Generation:
+    """One generated response: token ids (stop token included) and their log-probs."""
+
+    token_ids: tuple[int, ...]
+    logprobs: tuple[float, ...]
+
+
+@dataclass
+class _Row:
+    key: Hashable
+    prompt: tuple[int, ...]
+    trie: TokenTrie | None
+    rng: torch.Generator
+    tokens: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+
+
+class ContinuousBatch:
+    """A generation that rows can join (`add`) and that returns rows as they stop.
+
+    Args:
+        model: causal LM (transformers, or a peft wrapper), in eval mode.
+        pad_id: id written in padding positions (masked, never attended to).
+        temperature, top_p: sampling distribution (`agents.logprobs.sampling_logprobs`).
+        max_new_tokens: cap on tokens generated per row.
+        stop: `stop(tokens, trie)` -> True when a row's response is complete (EOS,
+            end of the action, end of its trie path); called after every token.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        pad_id: int,
+        temperature: float,
+        top_p: float,
+        max_new_tokens: int,
+        stop: Callable[[list[int], TokenTrie | None], bool],
+    ) -> None:
+        self.model = model
+        self.pad_id = pad_id
+        self.temperature, self.top_p = temperature, top_p
+        self.max_new_tokens = max_new_tokens
+        self.stop = stop
+        self.device = next(model.parameters()).device
+        self._rows: list[_Row] = []  # batch order of the cache rows
+        self._waiting: list[_Row] = []
+        self._cache = None
+        self._mask = torch.zeros((0, 0), dtype=torch.long, device=self.device)  # [B, W]
+        self._next_position = torch.zeros((0, 1), dtype=torch.long, device=self.device)
+        self._logits: torch.Tensor | None = None  # [B, V] next-token logits per row
+
+    def __len__(self) -> int:
+        """Rows generating or waiting to join."""
+        return len(self._rows) + len(self._waiting)
+
+    def add(
+        self, key: Hashable, prompt: tuple[int, ...], trie: TokenTrie | None, rng: torch.Generator
+    ) -> None:
+        """Queue a row; it joins the batch at the next `advance`."""
+        if not prompt:
+            raise ValueError(f"row {key!r}: empty prompt")
+        self._waiting.append(_Row(key, tuple(prompt), trie, rng))
+
+    @torch.no_grad()
+    def advance(self) -> list[tuple[Hashable, Generation]]:
+        """Admit waiting rows, sample one token for every row, drop the rows that
+        stopped, and run the decode step of the rest. Returns (key, generation) of the
+        rows that stopped, in batch order."""
+        if self._waiting:
+            self._admit()
+        if not self._rows:
+            return []
+        rows, device = self._rows, self.device
+        allowed = None
+        if any(row.trie is not None for row in rows):
+            allowed = torch.ones(self._logits.shape, dtype=torch.bool)
+            for k, row in enumerate(rows):
+                if row.trie is not None:
+                    allowed[k] = False
+                    allowed[k, row.trie.allowed(row.tokens)] = True
+            allowed = allowed.to(device)
+        step_logprobs = sampling_logprobs(self._logits, self.temperature, self.top_p, allowed)
+        # Gumbel-max: argmax(log p + G) is a sample of p; -inf (masked) never wins.
+        vocab = step_logprobs.shape[-1]
+        uniforms = torch.stack([torch.rand(vocab, generator=row.rng) for row in rows])
+        gumbel = -torch.log(-torch.log(uniforms.clamp_(min=1e-20, max=1 - 1e-7)))
+        sampled = (step_logprobs + gumbel.to(device)).argmax(-1, keepdim=True)
+        sampled_logprobs = step_logprobs.gather(-1, sampled).squeeze(-1).tolist()
+        keep, done = [], []
+        for k, (row, token) in enumerate(zip(rows, sampled.squeeze(-1).tolist(), strict=True)):
+            row.tokens.append(token)
+            row.logprobs.append(sampled_logprobs[k])
+            if len(row.tokens) >= self.max_new_tokens or self.stop(row.tokens, row.trie):
+                done.append((row.key, Generation(tuple(row.tokens), tuple(row.logprobs))))
+            else:
+                keep.append(k)
+        if len(keep) < len(rows):
+            self._select(keep)
+        if keep:
+            self._decode(sampled[torch.tensor(keep, dtype=torch.long, device=device)])
+        return done
+
+    def _select(self, keep: list[int]) -> None:
+        """Keep only rows `keep` (batch indices); trim columns no remaining row uses."""
+        self._rows = [self._rows[k] for k in keep]
+        if not keep:
+            self._cache, self._logits = None, None
+            self._mask = self._mask[:0, :0]
+            self._next_position = self._next_position[:0]
+            return
+        index = torch.tensor(keep, dtype=torch.long, device=self.device)
+        self._cache.batch_select_indices(index)
+        self._mask, self._next_position = self._mask[index], self._next_position[index]
+        self._logits = self._logits[index]
+        used = self._mask.any(0)
+        unused = int(used.long().argmax()) if bool(used.any()) else 0  # leading all-pad columns
+        if unused:
+            trim_left(self._cache, unused)
+            self._mask = self._mask[:, unused:]
+
+    def _decode(self, tokens: torch.Tensor) -> None:
+        """One decode step: tokens [B, 1] (the just-sampled ones) -> next-token logits."""
+        self._mask = torch.cat([self._mask, self._mask.new_ones((len(self._rows), 1))], -1)
+        output = self.model(
+            input_ids=tokens,
+            attention_mask=self._mask,
+            position_ids=self._next_position,
+            past_key_values=self._cache,
+            use_cache=True,
+        )
+        self._next_position = self._next_position + 1
+        self._logits = output.logits[:, -1]
+
+    def _admit(self) -> None:
+        """Prefill the waiting rows (one left-padded forward over their distinct
+        prompts) and append them to the running batch."""
+        new, self._waiting = self._waiting, []
+        distinct: dict[tuple[int, ...], int] = {}
+        index = [distinct.setdefault(row.prompt, len(distinct)) for row in new]
+        prompts = list(distinct)
+        width = max(len(p) for p in prompts)
+        input_ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(prompts), width), dtype=torch.long)
+        for k, prompt in enumerate(prompts):
+            input_ids[k, width - len(prompt) :] = torch.tensor(prompt, dtype=torch.long)
+            mask[k, width - len(prompt) :] = 1
+        input_ids, mask = input_ids.to(self.device), mask.to(self.device)
+        cache = growing_cache()  # in-place appends: no O(L) copy per token
+        output = self.model(
+            input_ids=input_ids,
+            attention_mask=mask,
+            position_ids=(mask.cumsum(-1) - 1).clamp(min=0),
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        logits = output.logits[:, -1]
+        if len(prompts) < len(new):  # rows sharing a prompt share its prefill
+            rows = torch.tensor(index, device=self.device)
+            cache.batch_select_indices(rows)
+            mask, logits = mask[rows], logits[rows]
+        next_position = mask.sum(-1, keepdim=True)
+        if self._cache is None:
+            self._cache, self._mask, self._logits = cache, mask, logits
+            self._next_position = next_position
+        else:
+            join_rows(self._cache, cache)
+            old_width, new_width = self._mask.shape[1], mask.shape[1]
+            both = max(old_width, new_width)
+            self._mask = torch.cat(
+                [
+                    nn.functional.pad(self._mask, (both - old_width, 0)),
+                    nn.functional.pad(mask, (both - new_width, 0)),
+                ]
+            )
+            self._logits = torch.cat([self._logits, logits])
+            self._next_position = torch.cat([self._next_position, next_position])
+        self._rows.extend(new)

@@ -1,0 +1,124 @@
+"""Continuous batching: a row's tokens and log-probs do not depend on when it joined,
+which rows share its batch, or whether its prompt's prefill was shared."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from agents.batching import ContinuousBatch
+from agents.llm import _row_generator
+from agents.models import build_tiny
+
+MAX_NEW = 24
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    torch.set_num_threads(1)
+    return build_tiny()
+
+
+def make_batch(tiny, max_new_tokens=MAX_NEW, stop=None) -> ContinuousBatch:
+    return ContinuousBatch(
+        tiny.model,
+        pad_id=tiny.tokenizer.pad_token_id,
+        temperature=1.0,
+        top_p=1.0,
+        max_new_tokens=max_new_tokens,
+        stop=stop or (lambda tokens, trie: False),
+    )
+
+
+def prompt(tiny, text: str) -> tuple[int, ...]:
+    return tuple(tiny.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def alone(tiny, ids, key):
+    batch = make_batch(tiny)
+    batch.add(key, ids, None, _row_generator(key))
+    done = []
+    while len(batch):
+        done += batch.advance()
+    return done[0][1]
+
+
+def test_rows_joining_mid_generation_sample_as_if_alone(tiny):
+    prompts = {
+        "short": prompt(tiny, "check the disk"),
+        "medium": prompt(tiny, "the service failed to start; read its journal first"),
+        # Longer than the running rows' cache: they are the ones left-padded on joining.
+        "long": prompt(tiny, "memory usage grows every hour; " * 4),
+        # Shorter than the running cache: it is the one left-padded on joining.
+        "late": prompt(tiny, "ls /var/log"),
+    }
+    expected = {key: alone(tiny, ids, key) for key, ids in prompts.items()}
+    batch = make_batch(tiny)
+    batch.add("short", prompts["short"], None, _row_generator("short"))
+    got = {}
+    for step in range(3 * MAX_NEW):
+        if step == 5:
+            batch.add("medium", prompts["medium"], None, _row_generator("medium"))
+        if step == 9:
+            batch.add("long", prompts["long"], None, _row_generator("long"))
+        if step == 12:
+            batch.add("late", prompts["late"], None, _row_generator("late"))
+        got.update(batch.advance())
+        if not len(batch):
+            break
+    assert set(got) == set(prompts)
+    for key, generation in got.items():
+        assert generation.token_ids == expected[key].token_ids, key
+        assert generation.logprobs == pytest.approx(expected[key].logprobs, abs=1e-4)
+
+
+def test_rows_leave_when_they_stop_and_padding_columns_are_trimmed(tiny):
+    # Row "a" (long prompt) stops after 3 tokens; row "b" (short prompt) then runs on
+    # a cache without the columns only "a" used, and still samples as if alone.
+    long_ids = prompt(tiny, "a long prompt that sets the width of the batch " * 2)
+    short_ids = prompt(tiny, "short")
+    batch = make_batch(tiny)
+    batch.add("a", long_ids, None, _row_generator("a"))
+    row_a = batch._waiting[0]
+    batch.stop = lambda tokens, trie: tokens is row_a.tokens and len(tokens) >= 3
+    batch.add("b", short_ids, None, _row_generator("b"))
+    done = {}
+    while "a" not in done:
+        done.update(batch.advance())
+    assert len(done["a"].token_ids) == 3
+    assert batch._mask.shape == (1, len(short_ids) + 3)  # b's prompt and tokens, no padding
+    while len(batch):
+        done.update(batch.advance())
+    expected = alone(tiny, short_ids, "b")
+    assert done["b"].token_ids == expected.token_ids
+    assert done["b"].logprobs == pytest.approx(expected.logprobs, abs=1e-4)
+
+
+def test_identical_prompts_share_one_prefill_and_still_sample_apart(tiny, monkeypatch):
+    ids = prompt(tiny, "a GRPO group: eight rollouts of one task")
+    widths = []
+    forward = tiny.model.forward
+
+    def counting_forward(*args, **kwargs):
+        widths.append(kwargs["input_ids"].shape)
+        return forward(*args, **kwargs)
+
+    monkeypatch.setattr(tiny.model, "forward", counting_forward)
+    batch = make_batch(tiny)
+    for replica in range(4):
+        batch.add(replica, ids, None, _row_generator(f"r{replica}"))
+    done = {}
+    while len(batch):
+        done.update(batch.advance())
+    assert widths[0] == (1, len(ids))  # one prefill row for the four replicas
+    monkeypatch.undo()
+    for replica in range(4):
+        expected = alone(tiny, ids, f"r{replica}")
+        assert done[replica].token_ids == expected.token_ids
+        assert done[replica].logprobs == pytest.approx(expected.logprobs, abs=1e-4)
+    assert len({done[r].token_ids for r in range(4)}) == 4
+
+
+def test_empty_prompt_is_a_clear_error(tiny):
+    with pytest.raises(ValueError, match="empty prompt"):
+        make_batch(tiny).add("x", (), None, _row_generator("x"))
