@@ -7,8 +7,14 @@ included), each with its ratio to batch size 1 (sequential generation). Sampling
 seeded per episode (`AgentInput.episode_key`), so every batch size generates the same
 tokens and the ratios compare equal work. Target: >= 4x generation at batch 8 on CPU.
 
+`--schedulers continuous lockstep` also times the round-by-round schedule (one
+`agent.act` per round of ready envs, every row waiting for the round's longest
+response) against the continuous batch `collect` uses for LLM agents
+(`agents.batching`), on the same episodes in the same run.
+
     python -m benchmarks.bench_rollout            # smollm2-135m, batch sizes 1 4 8 16
     python -m benchmarks.bench_rollout --model tiny --batch-sizes 1 8
+    python -m benchmarks.bench_rollout --max-steps 6 --schedulers continuous lockstep
 """
 
 from __future__ import annotations
@@ -18,11 +24,21 @@ import logging
 
 import torch
 
-from agents.base import ExpertAgent
+from agents.base import AgentAction, AgentInput, ExpertAgent
 from agents.llm import LLMAgent
 from agents.models import ModelUnavailableError, load_model
 from agents.rollout import collect
 from envs import SHORT_NAMES
+
+
+class Lockstep:
+    """An LLM agent without `stream()`, so `collect` drives it one round at a time."""
+
+    def __init__(self, agent: LLMAgent) -> None:
+        self.agent, self.name = agent, agent.name
+
+    def act(self, inputs: list[AgentInput]) -> list[AgentAction]:
+        return self.agent.act(inputs)
 
 
 def main() -> None:
@@ -36,6 +52,13 @@ def main() -> None:
         "--max-new-tokens", type=int, default=256, help="response cap (LLMAgent default)"
     )
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    parser.add_argument(
+        "--schedulers",
+        nargs="+",
+        default=["continuous"],
+        choices=["continuous", "lockstep"],
+        help="how collect batches the LLM's steps (see the module docstring)",
+    )
     args = parser.parse_args()
     if min(args.batch_sizes) < 1 or args.tasks < 1:
         parser.error("batch sizes and --tasks must be >= 1")
@@ -62,34 +85,37 @@ def main() -> None:
         f"max_new_tokens={args.max_new_tokens} threads={args.threads}"
     )
     print(
-        f"{'batch':>5} {'tokens':>7} {'gen s':>7} {'gen tok/s':>9} {'gen ratio':>9} "
-        f"{'wall s':>7} {'wall tok/s':>10} {'wall ratio':>10}"
+        f"{'scheduler':<10} {'batch':>5} {'tokens':>7} {'gen s':>7} {'gen tok/s':>9} "
+        f"{'gen ratio':>9} {'wall s':>7} {'wall tok/s':>10} {'wall ratio':>10}"
     )
-    baselines: tuple[float, float] | None = None
+    baselines: tuple[float, float] | None = None  # batch 1 = sequential generation
     for batch_size in args.batch_sizes:
-        agent = LLMAgent(loaded, max_new_tokens=args.max_new_tokens, seed=0)
-        _, stats = collect(
-            env_id,
-            agent,
-            seeds=list(range(args.tasks)),
-            num_envs=batch_size,
-            env_kwargs=env_kwargs,
-            progress=False,
-        )
-        generation_rate = stats.tokens_generated / stats.agent_seconds
-        wall_rate = stats.tokens_per_second
-        if batch_size == 1:
-            baselines = (generation_rate, wall_rate)
-        ratios = (
-            (f"{generation_rate / baselines[0]:8.2f}x", f"{wall_rate / baselines[1]:9.2f}x")
-            if baselines
-            else ("        -", "         -")
-        )
-        print(
-            f"{batch_size:>5} {stats.tokens_generated:>7} {stats.agent_seconds:>7.1f} "
-            f"{generation_rate:>9.1f} {ratios[0]} {stats.seconds:>7.1f} {wall_rate:>10.1f} "
-            f"{ratios[1]}"
-        )
+        for scheduler in args.schedulers if batch_size > 1 else args.schedulers[:1]:
+            agent = LLMAgent(loaded, max_new_tokens=args.max_new_tokens, seed=0)
+            _, stats = collect(
+                env_id,
+                agent if scheduler == "continuous" else Lockstep(agent),
+                seeds=list(range(args.tasks)),
+                num_envs=batch_size,
+                env_kwargs=env_kwargs,
+                progress=False,
+            )
+            generation_rate = stats.tokens_generated / stats.agent_seconds
+            wall_rate = stats.tokens_per_second
+            if batch_size == 1:
+                baselines = (generation_rate, wall_rate)
+            ratios = (
+                (f"{generation_rate / baselines[0]:8.2f}x", f"{wall_rate / baselines[1]:9.2f}x")
+                if baselines
+                else ("        -", "         -")
+            )
+            print(
+                f"{scheduler if batch_size > 1 else 'sequential':<10} {batch_size:>5} "
+                f"{stats.tokens_generated:>7} {stats.agent_seconds:>7.1f} "
+                f"{generation_rate:>9.1f} {ratios[0]} {stats.seconds:>7.1f} {wall_rate:>10.1f} "
+                f"{ratios[1]}",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

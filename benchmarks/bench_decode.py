@@ -1,0 +1,120 @@
+"""Where a generation's time goes on this machine: prefill and decode steps by batch size.
+
+`bench_rollout` measures whole rollouts; this script takes them apart, on the same
+model and a cache as long as a SysDiag prompt (random token ids: the cost does not
+depend on their values). For each batch size B it prints
+- prefill: seconds per row of one left-padded forward over B prompts (compute-bound on a
+  CPU: batching rows should not make a row cheaper);
+- decode: milliseconds per decode step of B rows and per generated token, and the
+  speed-up of a token against B = 1 -- the ceiling of batched generation's gain, before
+  prefill, rows that stop early and the rollout loop take their share;
+- the share of one decode step spent in matrix multiplies (weights: memory-bound at
+  B = 1, compute-bound as B grows) and in attention (reads the whole KV cache of every
+  row), from torch.profiler.
+
+    python -m benchmarks.bench_decode                       # smollm2-135m, B = 1 4 8 16
+    python -m benchmarks.bench_decode --threads 2 --context 600
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+from torch.profiler import profile
+
+from agents.kv_cache import growing_cache
+from agents.models import ModelUnavailableError, load_model
+
+MATMUL_OPS = {"aten::mm", "aten::addmm", "aten::bmm"}
+
+
+def decode_costs(model, batch: int, context: int, steps: int) -> tuple[float, float, dict]:
+    """(prefill seconds per row, decode seconds per step, profiler shares of a step)."""
+    torch.manual_seed(0)
+    vocab = model.config.vocab_size
+    input_ids = torch.randint(100, vocab - 1, (batch, context))
+    mask = torch.ones_like(input_ids)
+    mask[1:, : context // 8] = 0  # left padding on all rows but one, as in a real batch
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    cache = growing_cache()
+    with torch.no_grad():
+        start = time.perf_counter()
+        model(
+            input_ids=input_ids,
+            attention_mask=mask,
+            position_ids=positions,
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        prefill = (time.perf_counter() - start) / batch
+        state = {"mask": mask, "next": mask.sum(-1, keepdim=True)}
+        token = torch.full((batch, 1), 100)
+
+        def step() -> None:
+            state["mask"] = torch.cat([state["mask"], state["mask"].new_ones(batch, 1)], -1)
+            model(
+                input_ids=token,
+                attention_mask=state["mask"],
+                position_ids=state["next"],
+                past_key_values=cache,
+                use_cache=True,
+            )
+            state["next"] = state["next"] + 1
+
+        step()  # warm-up
+        start = time.perf_counter()
+        for _ in range(steps):
+            step()
+        decode = (time.perf_counter() - start) / steps
+        with profile() as prof:
+            for _ in range(3):
+                step()
+    totals = {"matmul": 0.0, "attention": 0.0, "all": 0.0}
+    for event in prof.key_averages():
+        totals["all"] += event.self_cpu_time_total
+        if event.key in MATMUL_OPS:
+            totals["matmul"] += event.self_cpu_time_total
+        elif "scaled_dot_product" in event.key or event.key == "aten::_softmax":
+            totals["attention"] += event.self_cpu_time_total
+    shares = {k: totals[k] / totals["all"] for k in ("matmul", "attention")}
+    return prefill, decode, shares
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="smollm2-135m", help="model name or path")
+    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 4, 8, 16])
+    parser.add_argument("--context", type=int, default=450, help="prompt + generated tokens")
+    parser.add_argument("--steps", type=int, default=10, help="timed decode steps per size")
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    args = parser.parse_args()
+    if min(args.batch_sizes) < 1 or args.context < 8 or args.steps < 1:
+        parser.error("batch sizes and --steps must be >= 1, --context >= 8")
+    torch.set_num_threads(args.threads)
+    try:
+        model = load_model(args.model).model
+    except ModelUnavailableError as error:
+        parser.exit(1, f"error: {error}\n")
+    print(f"model={args.model} context={args.context} threads={args.threads}")
+    print(
+        f"{'batch':>5} {'prefill s/row':>13} {'step ms':>8} {'ms/token':>8} "
+        f"{'token x':>7} {'matmul':>6} {'attn':>6}"
+    )
+    single = None
+    for batch in args.batch_sizes:
+        prefill, decode, shares = decode_costs(model, batch, args.context, args.steps)
+        per_token = decode / batch
+        single = single or (per_token if batch == 1 else None)
+        speedup = f"{single / per_token:6.2f}x" if single else "      -"
+        print(
+            f"{batch:>5} {prefill:>13.3f} {1000 * decode:>8.1f} {1000 * per_token:>8.1f} "
+            f"{speedup} {shares['matmul']:>6.0%} {shares['attention']:>6.0%}",
+            flush=True,
+        )
+
+
+if __name__ == "__main__":
+    main()
