@@ -31,7 +31,7 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 from agents.base import AgentAction, AgentInput
-from agents.batching import ContinuousBatch, Generation
+from agents.batching import ContinuousBatch
 from agents.constrained import TokenTrie, build_action_trie
 from agents.logprobs import check_sampling_params
 from agents.models import LoadedModel
@@ -142,31 +142,6 @@ class LLMAgent:
         """A continuous batch of this agent's steps (`agents.batching`): inputs join
         while others generate; `agents.rollout.collect` uses it to keep the batch full."""
         return LLMStream(self)
-
-    def generate(
-        self,
-        prompts: Sequence[Sequence[int]],
-        tries: Sequence[TokenTrie | None],
-        rngs: Sequence[torch.Generator],
-    ) -> list[Generation]:
-        """Batched sampling of raw prompts (token ids), all rows admitted together.
-
-        Args:
-            prompts: B prompt id sequences.
-            tries: per row, the constrained-decoding trie or None (free generation).
-            rngs: per row, the (CPU) generator of that row's Gumbel noise.
-        Returns:
-            B generations; a row stops at EOS, at `</action>`, at the end of its trie
-            path, or after `max_new_tokens`, and leaves the batch (and the cache) so the
-            remaining rows do not pay for it.
-        """
-        batch = self._batch()
-        for row, (prompt, trie, rng) in enumerate(zip(prompts, tries, rngs, strict=True)):
-            batch.add(row, tuple(prompt), trie, rng)
-        generations: dict[int, Generation] = {}
-        while len(batch):
-            generations.update(batch.advance())
-        return [generations[row] for row in range(len(prompts))]
 
     def _batch(self) -> ContinuousBatch:
         return ContinuousBatch(
