@@ -132,8 +132,9 @@ class ContinuousBatch:
                 keep.append(k)
         if len(keep) < len(rows):
             self._select(keep)
+            sampled = sampled[torch.tensor(keep, dtype=torch.long, device=device)]
         if keep:
-            self._decode(sampled[torch.tensor(keep, dtype=torch.long, device=device)])
+            self._decode(sampled)
         return done
 
     def _select(self, keep: list[int]) -> None:

@@ -59,7 +59,8 @@ class GrowingLayer(DynamicLayer):
 
     def _resync(self) -> None:
         """Adopt `keys` / `values` as the buffers after an inherited operation replaced
-        them (row selection or repetition, crop, beam reorder); the next append regrows."""
+        them (row repetition, crop, beam reorder, a selection before the first append); the
+        next append regrows."""
         if self.is_initialized and self.keys is not None and self.keys.numel():
             self._key_buffer, self._value_buffer = self.keys, self.values
             self._length = self.keys.shape[-2]
@@ -85,8 +86,15 @@ class GrowingLayer(DynamicLayer):
         self.values = self._value_buffer[..., : self._length, :]
 
     def batch_select_indices(self, indices: torch.Tensor) -> None:
-        super().batch_select_indices(indices)
-        self._resync()
+        """Keep rows `indices`, spare room included, so the rows left do not regrow (a
+        second copy of the cache) at the next token: rows leave often mid-generation."""
+        if getattr(self, "_key_buffer", None) is None:  # nothing stored yet
+            super().batch_select_indices(indices)
+            return
+        self._key_buffer = self._key_buffer[indices]
+        self._value_buffer = self._value_buffer[indices]
+        self.keys = self._key_buffer[..., : self._length, :]
+        self.values = self._value_buffer[..., : self._length, :]
 
     def batch_repeat_interleave(self, repeats: int) -> None:
         super().batch_repeat_interleave(repeats)

@@ -291,12 +291,11 @@ def collect(
             ready = [slot for slot in slots if slot.ready]
             act_start = time.perf_counter()
             if stream is not None:
-                for slot in ready:  # joins the running generation at the next advance
-                    stream.add(id(slot), _agent_input(slot.episode))
-                    slot.ready = False
-                decided = stream.advance() if len(stream) else []
-                by_id = {id(slot): slot for slot in slots}
-                decided = [(by_id[key], decision) for key, decision in decided]
+                for index, slot in enumerate(slots):  # ready steps join at the next advance
+                    if slot.ready:
+                        stream.add(index, _agent_input(slot.episode))
+                        slot.ready = False
+                decided = [(slots[index], decision) for index, decision in stream.advance()]
             elif ready:
                 decisions = agent.act([_agent_input(slot.episode) for slot in ready])
                 if len(decisions) != len(ready):
