@@ -59,8 +59,7 @@ class GrowingLayer(DynamicLayer):
 
     def _resync(self) -> None:
         """Adopt `keys` / `values` as the buffers after an inherited operation replaced
-        them (row repetition, crop, beam reorder, a selection before the first append); the
-        next append regrows."""
+        them (row repetition, crop, beam reorder); the next append regrows."""
         if self.is_initialized and self.keys is not None and self.keys.numel():
             self._key_buffer, self._value_buffer = self.keys, self.values
             self._length = self.keys.shape[-2]
