@@ -31,6 +31,7 @@ from torch import nn
 from agents.constrained import TokenTrie
 from agents.kv_cache import growing_cache, join_rows, trim_left
 from agents.logprobs import sampling_logprobs
+from agents.prompt_cache import PromptKVCache
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,8 @@ class ContinuousBatch:
         max_new_tokens: cap on tokens generated per row.
         stop: `stop(tokens, trie)` -> True when a row's response is complete (EOS,
             end of the action, end of its trie path); called after every token.
+        prompt_cache: where each prefilled prompt's keys and values are kept for
+            hindsight scoring (`agents.prompt_cache`); None keeps nothing.
     """
 
     def __init__(
@@ -71,12 +74,14 @@ class ContinuousBatch:
         top_p: float,
         max_new_tokens: int,
         stop: Callable[[list[int], TokenTrie | None], bool],
+        prompt_cache: PromptKVCache | None = None,
     ) -> None:
         self.model = model
         self.pad_id = pad_id
         self.temperature, self.top_p = temperature, top_p
         self.max_new_tokens = max_new_tokens
         self.stop = stop
+        self.prompt_cache = prompt_cache
         self.device = next(model.parameters()).device
         self._rows: list[_Row] = []  # batch order of the cache rows
         self._waiting: list[_Row] = []
@@ -168,6 +173,17 @@ class ContinuousBatch:
         self._next_position = self._next_position + 1
         self._logits = output.logits[:, -1]
 
+    def _keep_prompts(self, prompts: list[tuple[int, ...]], cache, width: int) -> None:
+        """Copy each prefilled prompt's keys and values (its row's last len(prompt)
+        columns of the left-padded prefill) into the prompt cache, if it wants them."""
+        first = cache.layers[0].keys
+        per_token = 2 * len(cache.layers) * first.shape[1] * first.shape[-1] * first.element_size()
+        for k, prompt in enumerate(prompts):
+            if self.prompt_cache.wants(prompt, per_token * len(prompt)):
+                cut = width - len(prompt)
+                kv = [(layer.keys[k, :, cut:], layer.values[k, :, cut:]) for layer in cache.layers]
+                self.prompt_cache.put(prompt, kv)
+
     def _admit(self) -> None:
         """Prefill the waiting rows (one left-padded forward over their distinct
         prompts) and append them to the running batch."""
@@ -192,6 +208,8 @@ class ContinuousBatch:
             logits_to_keep=1,
         )
         logits = output.logits[:, -1]
+        if self.prompt_cache is not None:
+            self._keep_prompts(prompts, cache, width)
         if len(prompts) < len(new):  # rows sharing a prompt share its prefill
             rows = torch.tensor(index, device=self.device)
             cache.batch_select_indices(rows)

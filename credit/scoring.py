@@ -33,9 +33,10 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from transformers import PreTrainedModel, PreTrainedTokenizerBase
+from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
 from agents.models import LoadedModel
+from agents.prompt_cache import CachedPrompt, PromptKVCache, common_prefix_length
 from agents.prompts import messages_for_step
 from agents.trajectory import Trajectory
 
@@ -247,29 +248,61 @@ def fit_to_model(loaded: LoadedModel, views: Sequence[TeacherForced]) -> list[Te
     return fitted
 
 
+def _lookup(
+    prompt_cache: PromptKVCache | None, view: TeacherForced
+) -> tuple[int, CachedPrompt | None]:
+    """Cached prompt tokens usable for `view`, leaving >= 1 context token to recompute
+    (the position that predicts the first action token)."""
+    if prompt_cache is None or not view.action_ids:
+        return 0, None
+    return prompt_cache.lookup(view.context_ids, limit=len(view.context_ids) - 1)
+
+
 def score_logprobs(
     loaded: LoadedModel,
     views: Sequence[TeacherForced],
     memory_budget_bytes: int = DEFAULT_MEMORY_BUDGET_BYTES,
+    prompt_cache: PromptKVCache | None = None,
 ) -> list[np.ndarray]:
     """Per-action-token log-probs of every view, batched and chunked.
+
+    With `prompt_cache`, a view whose context starts with a cached prompt (a hindsight
+    view starts with its step's own prompt) loads those keys and values and runs only
+    the tokens after them.
 
     Returns:
         per view, float32 array [A_r] of log pi(y_j | context, y_<j).
     """
     views = fit_to_model(loaded, views)
     results = [np.zeros(len(view.action_ids), dtype=np.float32) for view in views]
+    stored = [_lookup(prompt_cache, view) for view in views]
     scored = [index for index, view in enumerate(views) if view.action_ids]
     costs = [_row_cost_bytes(loaded.model, view.length, len(view.action_ids)) for view in views]
     order = sorted(scored, key=lambda index: (len(views[index].context_ids), views[index].length))
+    plain = [index for index in order if not stored[index][0]]
+    cached = [index for index in order if stored[index][0]]
+    cached_costs = [
+        cost + _cache_cost_bytes(loaded.model, view.length)
+        for cost, view in zip(costs, views, strict=True)
+    ]
     with _EvalMode(loaded.model):
         segments = [(view.length,) for view in views]
-        for chunk in _chunks(costs, segments, order, memory_budget_bytes):
+        for chunk in _chunks(costs, segments, plain, memory_budget_bytes):
             log_probs = _action_log_softmax(loaded, [views[index] for index in chunk])
             for index, rows in zip(chunk, log_probs, strict=True):
-                targets = torch.tensor(views[index].action_ids, device=rows.device)
-                results[index] = rows.gather(1, targets[:, None]).squeeze(1).cpu().numpy()
+                results[index] = _gather(rows, views[index].action_ids)
+        segments = [(n, view.length - n) for (n, _), view in zip(stored, views, strict=True)]
+        for chunk in _chunks(cached_costs, segments, cached, memory_budget_bytes):
+            rows = [_Prefixed((views[i],), 0, *stored[i]) for i in chunk]
+            for index, (log_probs,) in zip(chunk, _prefixed_log_softmax(loaded, rows), strict=True):
+                results[index] = _gather(log_probs, views[index].action_ids)
     return results
+
+
+def _gather(log_probs: torch.Tensor, action_ids: Sequence[int]) -> np.ndarray:
+    """log_probs [A, V] at the action ids -> float32 [A]."""
+    targets = torch.tensor(action_ids, device=log_probs.device)[:, None]
+    return log_probs.gather(1, targets).squeeze(1).cpu().numpy()
 
 
 def jensen_shannon(log_p: torch.Tensor, log_q: torch.Tensor) -> torch.Tensor:
@@ -291,68 +324,126 @@ def shared_prefix_length(causal: TeacherForced, hindsight: TeacherForced) -> int
     """Tokens both contexts start with, leaving each at least one context token after it
     (the position that predicts the first action token must be recomputed per view)."""
     limit = min(len(causal.context_ids), len(hindsight.context_ids)) - 1
-    length = 0
-    while length < limit and causal.context_ids[length] == hindsight.context_ids[length]:
-        length += 1
-    return length
+    return min(common_prefix_length(causal.context_ids, hindsight.context_ids), max(limit, 0))
 
 
-def _paired_log_softmax(
-    loaded: LoadedModel, pairs: Sequence[tuple[TeacherForced, TeacherForced]]
-) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """Both views of each step, their common prompt prefix computed once.
+@dataclass(frozen=True)
+class _Prefixed:
+    """One row of `_prefixed_log_softmax`: views that share a prompt prefix.
 
-    The hindsight block sits just before the instruction (`agents.prompts`), so the two
-    views of a step share most of their prompt. One batched forward over the shared
-    prefixes fills a KV cache; then one batched forward over the causal suffixes and,
-    after cropping the cache back to the prefixes, one over the hindsight suffixes
-    (explicit position ids, the prefix padding masked). Every pair needs a shared prefix
-    of >= 1 token.
+    Attributes:
+        views: 1 or 2 views; all start with the same `shared` tokens.
+        shared: prefix length common to every view (computed once for them).
+        stored: prefix length of views[0] loaded from `entry` (0: nothing cached).
+        entry: the cached prompt whose first `stored` positions are views[0]'s.
+    """
+
+    views: tuple[TeacherForced, ...]
+    shared: int
+    stored: int
+    entry: CachedPrompt | None
+
+    @property
+    def held(self) -> int:
+        """Prefix positions in the row's cache: loaded, then extended to `shared`."""
+        return max(self.stored, self.shared)
+
+    def start(self, view_index: int) -> int:
+        """Where view `view_index`'s own forward begins: views[0] continues after the
+        whole held prefix, the others after the part they share with it."""
+        return self.held if view_index == 0 else self.shared
+
+
+def _prefix_cache(loaded: LoadedModel, rows: Sequence[_Prefixed]):
+    """KV cache of every row's held prefix and the position of each cache column.
+
+    Cached keys and values are copied in right-padded ([B, kv_heads, max stored,
+    head_dim] per layer, padding zeros); one forward then extends rows whose shared
+    prefix reaches past what was cached. Returns (cache or None, column positions
+    [B, W] with -1 for padding).
+    """
+    model = loaded.model
+    device = model.get_output_embeddings().weight.device
+    cache, columns = None, torch.zeros((len(rows), 0), dtype=torch.long)
+    width = max(row.stored for row in rows)
+    if width:
+        kv = next(row.entry.kv for row in rows if row.entry is not None)
+        layers, _, heads, _, dim = kv.shape
+        loaded_kv = kv.new_zeros((layers, 2, len(rows), heads, width, dim))
+        columns = torch.full((len(rows), width), -1, dtype=torch.long)
+        for r, row in enumerate(rows):
+            if row.stored:
+                loaded_kv[:, :, r, :, : row.stored] = row.entry.kv[..., : row.stored, :]
+                columns[r, : row.stored] = torch.arange(row.stored)
+        loaded_kv = loaded_kv.to(device)
+        cache = DynamicCache()
+        for layer in range(layers):
+            cache.update(loaded_kv[layer, 0], loaded_kv[layer, 1], layer)
+    extension = max(row.held - row.stored for row in rows)
+    if extension:
+        pad_id = loaded.tokenizer.pad_token_id if loaded.tokenizer.pad_token_id is not None else 0
+        ids = torch.full((len(rows), extension), pad_id, dtype=torch.long)
+        new_columns = torch.full((len(rows), extension), -1, dtype=torch.long)
+        for r, row in enumerate(rows):
+            tokens = row.views[0].context_ids[row.stored : row.held]
+            ids[r, : len(tokens)] = torch.tensor(tokens, dtype=torch.long)
+            new_columns[r, : len(tokens)] = row.stored + torch.arange(len(tokens))
+        positions = torch.tensor([row.stored for row in rows])[:, None] + torch.arange(extension)
+        cache = model(
+            input_ids=ids.to(device),
+            attention_mask=torch.cat([columns, new_columns], dim=1).ge(0).long().to(device),
+            position_ids=positions.to(device),
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        ).past_key_values
+        columns = torch.cat([columns, new_columns], dim=1)
+    return cache, columns
+
+
+def _prefixed_log_softmax(
+    loaded: LoadedModel, rows: Sequence[_Prefixed]
+) -> list[tuple[torch.Tensor, ...]]:
+    """The views of each row with their common prefix held once in a KV cache.
+
+    The prefix is loaded from the prompt cache and/or computed by one batched forward
+    (`_prefix_cache`); then one batched forward per view index runs each view's tokens
+    after its start (explicit position ids; the cache columns it must not see -- padding,
+    or cached positions past where this view departs from views[0] -- masked), and the
+    cache is cropped back to the prefixes for the next view. Every row needs a held
+    prefix of >= 1 token and every view >= 1 context token after its start.
 
     Returns:
-        per pair, (causal, hindsight) float32 log-softmax, each [A_r, V].
+        per row, per view, float32 log-softmax [A_r, V].
     """
     model = loaded.model
     device = model.get_output_embeddings().weight.device
     pad_id = loaded.tokenizer.pad_token_id if loaded.tokenizer.pad_token_id is not None else 0
-    prefix_lengths = [shared_prefix_length(c, h) for c, h in pairs]
-    prefix_ids = torch.full((len(pairs), max(prefix_lengths)), pad_id, dtype=torch.long)
-    prefix_mask = torch.zeros_like(prefix_ids)
-    for row, ((causal_item, _), length) in enumerate(zip(pairs, prefix_lengths, strict=True)):
-        prefix_ids[row, :length] = torch.tensor(causal_item.context_ids[:length])
-        prefix_mask[row, :length] = 1
-    cache = model(
-        input_ids=prefix_ids.to(device),
-        attention_mask=prefix_mask.to(device),
-        use_cache=True,
-        logits_to_keep=1,
-    ).past_key_values
+    cache, columns = _prefix_cache(loaded, rows)
     per_view = []
-    for view_index in (0, 1):
-        views = [pair[view_index] for pair in pairs]
-        width = max(
-            view.length - length for view, length in zip(views, prefix_lengths, strict=True)
-        )
+    for view_index in range(len(rows[0].views)):
+        views = [row.views[view_index] for row in rows]
+        starts = torch.tensor([row.start(view_index) for row in rows])
+        width = max(view.length - int(start) for view, start in zip(views, starts, strict=True))
         suffix_ids = torch.full((len(views), width), pad_id, dtype=torch.long)
         suffix_mask = torch.zeros_like(suffix_ids)
         keep = torch.zeros((len(views), width), dtype=torch.bool)
-        position_ids = torch.zeros_like(suffix_ids)
-        for row, (view, length) in enumerate(zip(views, prefix_lengths, strict=True)):
-            tokens = view.context_ids[length:] + view.action_ids
-            suffix_ids[row, : len(tokens)] = torch.tensor(tokens)
-            suffix_mask[row, : len(tokens)] = 1
-            first = len(view.context_ids) - length - 1  # predicts the first action token
-            keep[row, first : first + len(view.action_ids)] = True
-            position_ids[row] = length + torch.arange(width)
+        for r, (view, start) in enumerate(zip(views, starts.tolist(), strict=True)):
+            tokens = view.context_ids[start:] + view.action_ids
+            suffix_ids[r, : len(tokens)] = torch.tensor(tokens)
+            suffix_mask[r, : len(tokens)] = 1
+            first = len(view.context_ids) - start - 1  # predicts the first action token
+            keep[r, first : first + len(view.action_ids)] = True
+        visible = (columns >= 0) & (columns < starts[:, None])
         logits = model(
             input_ids=suffix_ids.to(device),
-            attention_mask=torch.cat([prefix_mask, suffix_mask], dim=1).to(device),
-            position_ids=position_ids.to(device),
+            attention_mask=torch.cat([visible.long(), suffix_mask], dim=1).to(device),
+            position_ids=(starts[:, None] + torch.arange(width)).to(device),
             past_key_values=cache,
             use_cache=True,
             logits_to_keep=keep.to(device),
         ).logits
-        cache.crop(-width)  # back to the shared prefixes for the other view
+        cache.crop(-width)  # back to the prefixes for the next view
         log_probs = torch.log_softmax(logits.float(), dim=-1)
         per_view.append(torch.split(log_probs, [len(view.action_ids) for view in views]))
     return list(zip(*per_view, strict=True))
@@ -363,13 +454,15 @@ def score_divergence(
     causal: Sequence[TeacherForced],
     hindsight: Sequence[TeacherForced],
     memory_budget_bytes: int = DEFAULT_MEMORY_BUDGET_BYTES,
+    prompt_cache: PromptKVCache | None = None,
 ) -> list[PairedScores]:
     """Score both views of every step and the per-token JSD of their next-token distributions.
 
     Views are paired by index and must carry the same action ids. Each chunk scores both
-    views of its steps (sharing their common prompt prefix, `_paired_log_softmax`; steps
-    whose views share no prefix get two plain forwards), reduces the [A, V] distributions
-    to per-token values and frees them before the next chunk.
+    views of its steps, their common prompt prefix held once (`_prefixed_log_softmax`:
+    loaded from `prompt_cache` where the causal context was cached, computed otherwise;
+    steps whose views share no prefix get two plain forwards), reduces the [A, V]
+    distributions to per-token values and frees them before the next chunk.
     """
     if len(causal) != len(hindsight):
         raise ValueError(f"{len(causal)} causal views but {len(hindsight)} hindsight views")
@@ -392,14 +485,20 @@ def score_divergence(
         for prefix, c, h in zip(prefixes, causal, hindsight, strict=True)
     ]
     order = sorted(scored, key=lambda index: segments[index])
+    # A view that shares nothing with its partner gets plain forwards (and no cache).
+    stored = [
+        _lookup(prompt_cache, c) if p else (0, None) for c, p in zip(causal, prefixes, strict=True)
+    ]
     with _EvalMode(loaded.model):
         for chunk in _chunks(costs, segments, order, memory_budget_bytes):
             shared = [i for i in chunk if prefixes[i] > 0]
             unshared = [i for i in chunk if prefixes[i] == 0]
-            distributions: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+            distributions: dict[int, tuple[torch.Tensor, ...]] = {}
             if shared:
-                pairs = [(causal[i], hindsight[i]) for i in shared]
-                distributions.update(zip(shared, _paired_log_softmax(loaded, pairs), strict=True))
+                rows = [
+                    _Prefixed((causal[i], hindsight[i]), prefixes[i], *stored[i]) for i in shared
+                ]
+                distributions.update(zip(shared, _prefixed_log_softmax(loaded, rows), strict=True))
             if unshared:
                 causal_rows = _action_log_softmax(loaded, [causal[i] for i in unshared])
                 hindsight_rows = _action_log_softmax(loaded, [hindsight[i] for i in unshared])
@@ -407,10 +506,10 @@ def score_divergence(
                     zip(unshared, zip(causal_rows, hindsight_rows, strict=True), strict=True)
                 )
             for index, (log_p, log_q) in distributions.items():
-                targets = torch.tensor(causal[index].action_ids, device=log_p.device)[:, None]
+                action_ids = causal[index].action_ids
                 results[index] = PairedScores(
-                    causal_logprobs=log_p.gather(1, targets).squeeze(1).cpu().numpy(),
-                    hindsight_logprobs=log_q.gather(1, targets).squeeze(1).cpu().numpy(),
+                    causal_logprobs=_gather(log_p, action_ids),
+                    hindsight_logprobs=_gather(log_q, action_ids),
                     jsd=jensen_shannon(log_p, log_q).cpu().numpy().astype(np.float32),
                 )
     return results

@@ -1,0 +1,134 @@
+"""Prompt KV cache: kept by generation, reused by hindsight scoring, never stale."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from agents.llm import LLMAgent
+from agents.models import build_tiny
+from agents.prompt_cache import BLOCK_TOKENS, PromptKVCache
+from agents.rollout import collect
+from credit.hcapo import outcome_hindsight
+from credit.hp_rlvr import HPRLVR, future_hindsight
+from credit.scoring import causal_view, hindsight_view, score_divergence, score_logprobs
+from trainers.policy_gradient import AgentConfig, PolicyGradientConfig, PolicyGradientTrainer
+
+ENV_ID = "creditgym/SysDiag-v0"
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    torch.set_num_threads(1)
+    return build_tiny()
+
+
+def fake_layers(length: int, value: float = 1.0, layers: int = 2):
+    """Per layer (keys, values) [kv_heads=1, length, head_dim=2], position-coded."""
+    states = value * torch.arange(length, dtype=torch.float32)[None, :, None].repeat(1, 1, 2)
+    return [(states, -states) for _ in range(layers)]
+
+
+def test_lookup_finds_the_longest_cached_prefix_exactly():
+    cache = PromptKVCache(nn.Linear(2, 2), budget_bytes=1 << 20)
+    short, long = tuple(range(40)), tuple(range(40)) + tuple(range(100, 140))
+    cache.put(short, fake_layers(len(short)))
+    cache.put(long, fake_layers(len(long), value=2.0))
+    # Shares 75 tokens with `long` (past the 40 of `short`, mid-block): the exact count.
+    context = long[:75] + (999,) * 20
+    length, entry = cache.lookup(context, limit=len(context) - 1)
+    assert (length, entry.token_ids) == (75, long)
+    assert torch.equal(entry.kv[0, 0, 0, :3, 0], torch.tensor([0.0, 2.0, 4.0]))
+    assert cache.lookup(context, limit=50)[0] == 50  # the caller's cap
+    assert cache.lookup((7,) * 40, limit=39) == (0, None)  # first block differs
+    assert cache.lookup(short[: BLOCK_TOKENS - 1], limit=10) == (0, None)  # under one block
+    assert cache.stats["hits"] == 2 and cache.stats["misses"] == 2
+
+
+def test_budget_refuses_new_prompts_and_short_prompts_are_not_kept():
+    one = fake_layers(32)
+    nbytes = sum(k.numel() + v.numel() for k, v in one) * 4
+    cache = PromptKVCache(nn.Linear(2, 2), budget_bytes=nbytes)
+    cache.put(tuple(range(32)), one)
+    cache.put(tuple(range(1, 33)), fake_layers(32))  # over budget: refused
+    cache.put(tuple(range(5)), fake_layers(5))  # shorter than a block: not worth keeping
+    assert len(cache) == 1 and cache.nbytes == nbytes and cache.stats["refused"] == 1
+    with pytest.raises(ValueError, match="positions"):
+        cache.put(tuple(range(200, 240)), fake_layers(39))
+
+
+def test_a_weight_update_empties_the_cache():
+    model = nn.Linear(2, 2)
+    cache = PromptKVCache(model, budget_bytes=1 << 20)
+    cache.put(tuple(range(32)), fake_layers(32))
+    assert cache.lookup(tuple(range(32)), limit=31)[0] == 31
+    model(torch.ones(1, 2)).sum().backward()
+    torch.optim.SGD(model.parameters(), lr=0.1).step()
+    assert cache.lookup(tuple(range(32)), limit=31) == (0, None)
+    assert len(cache) == 0 and cache.nbytes == 0
+
+
+def rollouts(tiny, prompt_cache):
+    agent = LLMAgent(tiny, max_new_tokens=24, seed=5, prompt_cache=prompt_cache)
+    trajectories, _ = collect(
+        ENV_ID, agent, seeds=[11, 12], env_kwargs={"max_steps": 2}, num_envs=2, progress=False
+    )
+    return trajectories
+
+
+def test_scoring_with_cached_prompts_equals_recomputing_them(tiny):
+    cache = PromptKVCache(tiny.model)
+    batch = rollouts(tiny, cache)
+    steps = [(traj, t) for traj in batch for t in range(traj.length)]
+    assert len(cache) == len(steps) >= 3  # every generated prompt kept
+    hindsight = [
+        hindsight_view(tiny.tokenizer, traj, t, outcome_hindsight(traj)) for traj, t in steps
+    ]
+    recomputed = score_logprobs(tiny, hindsight)
+    reused = score_logprobs(tiny, hindsight, memory_budget_bytes=1, prompt_cache=cache)
+    assert cache.stats["hits"] == len(steps)
+    # the hindsight block sits after the observation: most of each prompt is reused
+    assert cache.stats["reused_tokens"] > 0.6 * sum(len(v.context_ids) for v in hindsight)
+    for a, b in zip(recomputed, reused, strict=True):
+        np.testing.assert_allclose(a, b, atol=2e-5)
+
+    causal = [causal_view(tiny.tokenizer, traj, t) for traj, t in steps]
+    future = [
+        hindsight_view(tiny.tokenizer, traj, t, future_hindsight(traj, t)) for traj, t in steps
+    ]
+    plain = score_divergence(tiny, causal, future)
+    paired = score_divergence(tiny, causal, future, prompt_cache=cache)
+    for a, b, (traj, t) in zip(plain, paired, steps, strict=True):
+        np.testing.assert_allclose(a.causal_logprobs, b.causal_logprobs, atol=2e-5)
+        np.testing.assert_allclose(a.hindsight_logprobs, b.hindsight_logprobs, atol=2e-5)
+        np.testing.assert_allclose(a.jsd, b.jsd, atol=1e-5)
+        # temperature 1, no top-p: the causal view re-scores what was sampled
+        np.testing.assert_allclose(b.causal_logprobs, traj.steps[t].action_logprobs, atol=1e-4)
+
+    # The engine really reads the cache: corrupted keys and values change the scores.
+    for entry in cache._entries.values():
+        entry.kv.mul_(0.0)
+    corrupted = score_logprobs(tiny, hindsight, prompt_cache=cache)
+    assert max(np.abs(a - b).max() for a, b in zip(recomputed, corrupted, strict=True)) > 1e-3
+
+
+def test_cache_of_another_model_is_refused(tiny):
+    with pytest.raises(ValueError, match="another model"):
+        LLMAgent(tiny, prompt_cache=PromptKVCache(build_tiny().model))
+
+
+def test_trainer_hands_the_credit_modules_cache_to_its_rollouts(tmp_path):
+    tiny = build_tiny()  # trained here: not the shared fixture
+    credit = HPRLVR(tiny)
+    config = PolicyGradientConfig(
+        steps=1, group_size=1, tasks_per_step=2, num_envs=2, learning_rate=1e-3, seed=3
+    )
+    agent = AgentConfig(constrained=True, max_new_tokens=64, history_len=0)
+    trainer = PolicyGradientTrainer(tiny, credit, ENV_ID, {"max_steps": 2}, agent, config, tmp_path)
+    records = trainer.train()
+    stats = credit.prompt_cache.stats
+    assert stats["stored"] >= 2 and stats["hits"] == stats["stored"]
+    assert len(credit.prompt_cache) == 0  # freed once the batch was scored
+    assert np.isfinite(records[0]["credit/mean_jsd"])
