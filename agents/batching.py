@@ -29,9 +29,9 @@ import torch
 from torch import nn
 
 from agents.constrained import TokenTrie
+from agents.generation_cache import GenerationCache
 from agents.kv_cache import growing_cache, join_rows, trim_left
 from agents.logprobs import sampling_logprobs
-from agents.prompt_cache import PromptKVCache
 
 
 @dataclass(frozen=True)
@@ -50,6 +50,7 @@ class _Row:
     rng: torch.Generator
     tokens: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
+    hidden: list[torch.Tensor] = field(default_factory=list)  # output-layer inputs [H]
 
 
 class ContinuousBatch:
@@ -62,8 +63,9 @@ class ContinuousBatch:
         max_new_tokens: cap on tokens generated per row.
         stop: `stop(tokens, trie)` -> True when a row's response is complete (EOS,
             end of the action, end of its trie path); called after every token.
-        prompt_cache: where each prefilled prompt's keys and values are kept for
-            hindsight scoring (`agents.prompt_cache`); None keeps nothing.
+        generation_cache: where each prefilled prompt's keys and values, and each
+            finished response's output-layer inputs, are kept for hindsight scoring
+            (`agents.generation_cache`); None keeps nothing.
     """
 
     def __init__(
@@ -74,14 +76,17 @@ class ContinuousBatch:
         top_p: float,
         max_new_tokens: int,
         stop: Callable[[list[int], TokenTrie | None], bool],
-        prompt_cache: PromptKVCache | None = None,
+        generation_cache: GenerationCache | None = None,
     ) -> None:
         self.model = model
         self.pad_id = pad_id
         self.temperature, self.top_p = temperature, top_p
         self.max_new_tokens = max_new_tokens
         self.stop = stop
-        self.prompt_cache = prompt_cache
+        self.generation_cache = generation_cache
+        # Response hidden states are kept only if the first prefill shows that the output
+        # layer alone maps them to the logits (no scaling or capping after it).
+        self._keep_hidden: bool | None = None
         self.device = next(model.parameters()).device
         self._rows: list[_Row] = []  # batch order of the cache rows
         self._waiting: list[_Row] = []
@@ -133,6 +138,9 @@ class ContinuousBatch:
             row.logprobs.append(sampled_logprobs[k])
             if len(row.tokens) >= self.max_new_tokens or self.stop(row.tokens, row.trie):
                 done.append((row.key, Generation(tuple(row.tokens), tuple(row.logprobs))))
+                if self._keep_hidden:  # row.hidden[j] gave the logits of token j
+                    hidden = torch.stack(row.hidden)
+                    self.generation_cache.put_response(row.prompt, row.tokens, hidden)
             else:
                 keep.append(k)
         if len(keep) < len(rows):
@@ -163,7 +171,7 @@ class ContinuousBatch:
     def _decode(self, tokens: torch.Tensor) -> None:
         """One decode step: tokens [B, 1] (the just-sampled ones) -> next-token logits."""
         self._mask = torch.cat([self._mask, self._mask.new_ones((len(self._rows), 1))], -1)
-        output = self.model(
+        output, head_inputs = self._forward(
             input_ids=tokens,
             attention_mask=self._mask,
             position_ids=self._next_position,
@@ -172,6 +180,23 @@ class ContinuousBatch:
         )
         self._next_position = self._next_position + 1
         self._logits = output.logits[:, -1]
+        if self._keep_hidden:
+            for row, hidden in zip(self._rows, head_inputs, strict=True):
+                row.hidden.append(hidden)
+
+    def _forward(self, **inputs) -> tuple:
+        """`model(**inputs)` and, with a generation cache, the last position's input to
+        the output layer [B, hidden] (captured by a forward hook)."""
+        if self.generation_cache is None:
+            return self.model(**inputs), None
+        captured = []
+        head = self.model.get_output_embeddings()
+        hook = head.register_forward_hook(lambda module, args, out: captured.append(args[0]))
+        try:
+            output = self.model(**inputs)
+        finally:
+            hook.remove()
+        return output, captured[-1][:, -1]
 
     def _keep_prompts(self, prompts: list[tuple[int, ...]], cache, width: int) -> None:
         """Copy each prefilled prompt's keys and values (its row's last len(prompt)
@@ -179,10 +204,10 @@ class ContinuousBatch:
         first = cache.layers[0].keys
         per_token = 2 * len(cache.layers) * first.shape[1] * first.shape[-1] * first.element_size()
         for k, prompt in enumerate(prompts):
-            if self.prompt_cache.wants(prompt, per_token * len(prompt)):
+            if self.generation_cache.wants_prompt(prompt, per_token * len(prompt)):
                 cut = width - len(prompt)
                 kv = [(layer.keys[k, :, cut:], layer.values[k, :, cut:]) for layer in cache.layers]
-                self.prompt_cache.put(prompt, kv)
+                self.generation_cache.put_prompt(prompt, kv)
 
     def _admit(self) -> None:
         """Prefill the waiting rows (one left-padded forward over their distinct
@@ -199,7 +224,7 @@ class ContinuousBatch:
             mask[k, width - len(prompt) :] = 1
         input_ids, mask = input_ids.to(self.device), mask.to(self.device)
         cache = growing_cache()  # in-place appends: no O(L) copy per token
-        output = self.model(
+        output, head_inputs = self._forward(
             input_ids=input_ids,
             attention_mask=mask,
             position_ids=(mask.cumsum(-1) - 1).clamp(min=0),
@@ -208,8 +233,14 @@ class ContinuousBatch:
             logits_to_keep=1,
         )
         logits = output.logits[:, -1]
-        if self.prompt_cache is not None:
+        if self.generation_cache is not None:
             self._keep_prompts(prompts, cache, width)
+            if self._keep_hidden is None:
+                head = self.model.get_output_embeddings()
+                self._keep_hidden = torch.allclose(head(head_inputs), logits, 1e-4, 1e-4)
+            if self._keep_hidden:
+                for row, k in zip(new, index, strict=True):
+                    row.hidden.append(head_inputs[k])
         if len(prompts) < len(new):  # rows sharing a prompt share its prefill
             rows = torch.tensor(index, device=self.device)
             cache.batch_select_indices(rows)

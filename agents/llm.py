@@ -33,10 +33,10 @@ from transformers import PreTrainedTokenizerBase
 from agents.base import AgentAction, AgentInput
 from agents.batching import ContinuousBatch
 from agents.constrained import TokenTrie, build_action_trie
+from agents.generation_cache import GenerationCache
 from agents.logprobs import check_sampling_params
 from agents.models import LoadedModel
 from agents.parsing import ACTION_CLOSE, parse_action
-from agents.prompt_cache import PromptKVCache
 from agents.prompts import build_messages
 
 # Tokens decoded when looking for `</action>` at the end of the response (enough for a
@@ -91,8 +91,8 @@ class LLMAgent:
         loaded: model and tokenizer (`agents.models.load_model`).
         temperature, top_p, max_new_tokens, history_len, constrained, seed: see
             `SamplingConfig`.
-        prompt_cache: keeps every prompt's keys and values for hindsight scoring
-            (`agents.prompt_cache`; trainers pass their credit module's); None: nothing kept.
+        generation_cache: keeps every prompt's keys and values for hindsight scoring
+            (`agents.generation_cache`; trainers pass their credit module's); None: nothing kept.
     """
 
     def __init__(
@@ -104,7 +104,7 @@ class LLMAgent:
         history_len: int = 2,
         constrained: bool = False,
         seed: int = 0,
-        prompt_cache: PromptKVCache | None = None,
+        generation_cache: GenerationCache | None = None,
     ) -> None:
         check_sampling_params(temperature, top_p)
         if max_new_tokens < 1:
@@ -118,9 +118,9 @@ class LLMAgent:
             temperature, top_p, max_new_tokens, history_len, constrained, seed
         )
         self.name = f"llm:{loaded.name}"
-        if prompt_cache is not None and not prompt_cache.serves(loaded.model):
+        if generation_cache is not None and not generation_cache.serves(loaded.model):
             raise ValueError(f"model {loaded.name!r}: the prompt cache belongs to another model")
-        self.prompt_cache = prompt_cache
+        self.generation_cache = generation_cache
         self._calls = 0  # seeds rows that come without an episode key
 
     def messages(self, agent_input: AgentInput) -> list[dict[str, str]]:
@@ -158,7 +158,7 @@ class LLMAgent:
             top_p=self.config.top_p,
             max_new_tokens=self.config.max_new_tokens,
             stop=self._finished,
-            prompt_cache=self.prompt_cache,
+            generation_cache=self.generation_cache,
         )
 
     def _finished(self, generated: list[int], trie: TokenTrie | None) -> bool:

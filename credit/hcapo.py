@@ -37,8 +37,8 @@ from typing import Any, Literal
 
 import numpy as np
 
+from agents.generation_cache import DEFAULT_GENERATION_CACHE_BYTES, GenerationCache
 from agents.models import LoadedModel
-from agents.prompt_cache import DEFAULT_PROMPT_CACHE_BYTES, PromptKVCache
 from agents.trajectory import Trajectory
 from credit.base import CreditOutput, broadcast_to_tokens
 from credit.gigpo import discounted_returns
@@ -142,7 +142,7 @@ class HCAPO:
         do_no_harm: zero negative micro terms in successful trajectories (True).
         history_len: steps of history in rebuilt prompts (2, as the rollout prompts).
         memory_budget_bytes: scoring chunk budget (`credit.scoring`).
-        prompt_cache_bytes: budget of `prompt_cache` (`agents.prompt_cache`), which a
+        generation_cache_bytes: budget of `generation_cache` (`agents.generation_cache`), which a
             trainer hands to its rollout agent so each step's prompt keys and values are
             kept from generation and the scoring runs only the tokens after them; 0
             disables it (scoring then recomputes every prompt).
@@ -166,7 +166,7 @@ class HCAPO:
         do_no_harm: bool = True,
         history_len: int = 2,
         memory_budget_bytes: int = DEFAULT_MEMORY_BUDGET_BYTES,
-        prompt_cache_bytes: int = DEFAULT_PROMPT_CACHE_BYTES,
+        generation_cache_bytes: int = DEFAULT_GENERATION_CACHE_BYTES,
     ) -> None:
         if variant not in VARIANTS:
             raise ValueError(f"variant must be one of {sorted(VARIANTS)}, got {variant!r}")
@@ -192,8 +192,8 @@ class HCAPO:
         self.do_no_harm = do_no_harm
         self.history_len = history_len
         self.memory_budget_bytes = memory_budget_bytes
-        self.prompt_cache = (
-            PromptKVCache(model.model, prompt_cache_bytes) if prompt_cache_bytes else None
+        self.generation_cache = (
+            GenerationCache(model.model, generation_cache_bytes) if generation_cache_bytes else None
         )
 
     def hindsight_q(self, trajectories: Sequence[Trajectory]) -> tuple[list[np.ndarray], dict]:
@@ -215,11 +215,11 @@ class HCAPO:
                 self.model,
                 [*hindsight_views, *causal_views],
                 self.memory_budget_bytes,
-                self.prompt_cache,
+                self.generation_cache,
             )
         finally:  # this batch's prompts are used up; free them before the update
-            if self.prompt_cache is not None:
-                self.prompt_cache.clear()
+            if self.generation_cache is not None:
+                self.generation_cache.clear()
         hindsight_scores = scores[: len(hindsight_views)]
         causal_scores = scores[len(hindsight_views) :] or [np.zeros(0)] * len(hindsight_views)
         rhos = [np.ones(traj.length) for traj in trajectories]

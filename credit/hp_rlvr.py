@@ -39,8 +39,8 @@ from typing import Any
 
 import numpy as np
 
+from agents.generation_cache import DEFAULT_GENERATION_CACHE_BYTES, GenerationCache
 from agents.models import LoadedModel
-from agents.prompt_cache import DEFAULT_PROMPT_CACHE_BYTES, PromptKVCache
 from agents.trajectory import Trajectory
 from credit.base import CreditOutput
 from credit.scoring import (
@@ -97,7 +97,7 @@ class HPRLVR:
         max_observation_chars: characters kept of each future observation (400).
         history_len: steps of history in rebuilt prompts (2).
         memory_budget_bytes: scoring chunk budget (`credit.scoring`).
-        prompt_cache_bytes: budget of `prompt_cache` (`agents.prompt_cache`), which a
+        generation_cache_bytes: budget of `generation_cache` (`agents.generation_cache`), which a
             trainer hands to its rollout agent so each step's prompt keys and values are
             kept from generation and the scoring runs only the tokens after them; 0
             disables it (scoring then recomputes every prompt).
@@ -118,7 +118,7 @@ class HPRLVR:
         max_observation_chars: int = 400,
         history_len: int = 2,
         memory_budget_bytes: int = DEFAULT_MEMORY_BUDGET_BYTES,
-        prompt_cache_bytes: int = DEFAULT_PROMPT_CACHE_BYTES,
+        generation_cache_bytes: int = DEFAULT_GENERATION_CACHE_BYTES,
     ) -> None:
         if not 0.0 <= baseline_momentum < 1.0:
             raise ValueError(f"baseline_momentum must be in [0, 1), got {baseline_momentum}")
@@ -132,8 +132,8 @@ class HPRLVR:
         self.max_observation_chars = max_observation_chars
         self.history_len = history_len
         self.memory_budget_bytes = memory_budget_bytes
-        self.prompt_cache = (
-            PromptKVCache(model.model, prompt_cache_bytes) if prompt_cache_bytes else None
+        self.generation_cache = (
+            GenerationCache(model.model, generation_cache_bytes) if generation_cache_bytes else None
         )
         self.global_baseline = float(initial_baseline)
         self.task_baselines: dict[str, float] = {}
@@ -158,12 +158,12 @@ class HPRLVR:
         try:
             scores = iter(
                 score_divergence(
-                    self.model, causal, hindsight, self.memory_budget_bytes, self.prompt_cache
+                    self.model, causal, hindsight, self.memory_budget_bytes, self.generation_cache
                 )
             )
         finally:  # this batch's prompts are used up; free them before the update
-            if self.prompt_cache is not None:
-                self.prompt_cache.clear()
+            if self.generation_cache is not None:
+                self.generation_cache.clear()
         return [[next(scores).jsd for _ in traj.steps] for traj in trajectories]
 
     def __call__(self, trajectories: Sequence[Trajectory]) -> CreditOutput:

@@ -35,8 +35,8 @@ import numpy as np
 import torch
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
+from agents.generation_cache import CachedPrompt, GenerationCache, common_prefix_length
 from agents.models import LoadedModel
-from agents.prompt_cache import CachedPrompt, PromptKVCache, common_prefix_length
 from agents.prompts import messages_for_step
 from agents.trajectory import Trajectory
 
@@ -249,53 +249,90 @@ def fit_to_model(loaded: LoadedModel, views: Sequence[TeacherForced]) -> list[Te
 
 
 def _lookup(
-    prompt_cache: PromptKVCache | None, view: TeacherForced
+    generation_cache: GenerationCache | None, view: TeacherForced
 ) -> tuple[int, CachedPrompt | None]:
     """Cached prompt tokens usable for `view`, leaving >= 1 context token to recompute
     (the position that predicts the first action token)."""
-    if prompt_cache is None or not view.action_ids:
+    if generation_cache is None or not view.action_ids:
         return 0, None
-    return prompt_cache.lookup(view.context_ids, limit=len(view.context_ids) - 1)
+    return generation_cache.lookup_prompt(view.context_ids, limit=len(view.context_ids) - 1)
+
+
+def _generated(
+    generation_cache: GenerationCache | None, view: TeacherForced
+) -> torch.Tensor | None:
+    """The output-layer inputs [A, hidden] generation kept for exactly this view, if any."""
+    if generation_cache is None or not view.action_ids:
+        return None
+    return generation_cache.response_hidden(view.context_ids, view.action_ids)
+
+
+def _log_softmax_from_hidden(loaded: LoadedModel, hidden: torch.Tensor) -> torch.Tensor:
+    """float32 log-softmax [A, V] of the output layer applied to kept hidden states [A, H]
+    (generation checked that the output layer alone gives its logits)."""
+    head = loaded.model.get_output_embeddings()
+    return torch.log_softmax(head(hidden.to(head.weight.device)).float(), dim=-1)
+
+
+def _single_view_log_softmax(
+    loaded: LoadedModel,
+    views: Sequence[TeacherForced],
+    indices: Sequence[int],
+    stored: Sequence[tuple[int, CachedPrompt | None]],
+    memory_budget_bytes: int,
+) -> Iterator[list[tuple[int, torch.Tensor]]]:
+    """Chunk by chunk, (index, float32 log-softmax [A, V]) of views[indices].
+
+    A view with a cached prompt prefix (`stored[i][0] > 0`) loads it and runs only the
+    rest (`_prefixed_log_softmax`); the others get plain padded forwards.
+    """
+    order = sorted(indices, key=lambda i: (len(views[i].context_ids), views[i].length))
+    model = loaded.model
+    plain = [i for i in order if not stored[i][0]]
+    costs = [_row_cost_bytes(model, view.length, len(view.action_ids)) for view in views]
+    for chunk in _chunks(costs, [(view.length,) for view in views], plain, memory_budget_bytes):
+        log_probs = _action_log_softmax(loaded, [views[i] for i in chunk])
+        yield list(zip(chunk, log_probs, strict=True))
+    cached = [i for i in order if stored[i][0]]
+    costs = [c + _cache_cost_bytes(model, v.length) for c, v in zip(costs, views, strict=True)]
+    segments = [(n, view.length - n) for (n, _), view in zip(stored, views, strict=True)]
+    for chunk in _chunks(costs, segments, cached, memory_budget_bytes):
+        rows = [_Prefixed((views[i],), 0, *stored[i]) for i in chunk]
+        log_probs = [pair[0] for pair in _prefixed_log_softmax(loaded, rows)]
+        yield list(zip(chunk, log_probs, strict=True))
 
 
 def score_logprobs(
     loaded: LoadedModel,
     views: Sequence[TeacherForced],
     memory_budget_bytes: int = DEFAULT_MEMORY_BUDGET_BYTES,
-    prompt_cache: PromptKVCache | None = None,
+    generation_cache: GenerationCache | None = None,
 ) -> list[np.ndarray]:
     """Per-action-token log-probs of every view, batched and chunked.
 
-    With `prompt_cache`, a view whose context starts with a cached prompt (a hindsight
-    view starts with its step's own prompt) loads those keys and values and runs only
-    the tokens after them.
+    With `generation_cache` (`agents.generation_cache`): a view that is a step exactly as
+    generated takes its distributions from the kept hidden states (output layer only); a
+    view whose context starts with a kept prompt (a hindsight view starts with its step's
+    own prompt) loads those keys and values and runs only the tokens after them.
 
     Returns:
         per view, float32 array [A_r] of log pi(y_j | context, y_<j).
     """
     views = fit_to_model(loaded, views)
     results = [np.zeros(len(view.action_ids), dtype=np.float32) for view in views]
-    stored = [_lookup(prompt_cache, view) for view in views]
-    scored = [index for index, view in enumerate(views) if view.action_ids]
-    costs = [_row_cost_bytes(loaded.model, view.length, len(view.action_ids)) for view in views]
-    order = sorted(scored, key=lambda index: (len(views[index].context_ids), views[index].length))
-    plain = [index for index in order if not stored[index][0]]
-    cached = [index for index in order if stored[index][0]]
-    cached_costs = [
-        cost + _cache_cost_bytes(loaded.model, view.length)
-        for cost, view in zip(costs, views, strict=True)
+    hidden = [_generated(generation_cache, view) for view in views]
+    stored = [
+        _lookup(generation_cache, view) if kept is None else (0, None)
+        for view, kept in zip(views, hidden, strict=True)
     ]
+    run = [i for i, view in enumerate(views) if view.action_ids and hidden[i] is None]
     with _EvalMode(loaded.model):
-        segments = [(view.length,) for view in views]
-        for chunk in _chunks(costs, segments, plain, memory_budget_bytes):
-            log_probs = _action_log_softmax(loaded, [views[index] for index in chunk])
-            for index, rows in zip(chunk, log_probs, strict=True):
-                results[index] = _gather(rows, views[index].action_ids)
-        segments = [(n, view.length - n) for (n, _), view in zip(stored, views, strict=True)]
-        for chunk in _chunks(cached_costs, segments, cached, memory_budget_bytes):
-            rows = [_Prefixed((views[i],), 0, *stored[i]) for i in chunk]
-            for index, (log_probs,) in zip(chunk, _prefixed_log_softmax(loaded, rows), strict=True):
-                results[index] = _gather(log_probs, views[index].action_ids)
+        for i, kept in enumerate(hidden):
+            if kept is not None:
+                results[i] = _gather(_log_softmax_from_hidden(loaded, kept), views[i].action_ids)
+        for chunk in _single_view_log_softmax(loaded, views, run, stored, memory_budget_bytes):
+            for i, log_probs in chunk:
+                results[i] = _gather(log_probs, views[i].action_ids)
     return results
 
 
@@ -449,20 +486,30 @@ def _prefixed_log_softmax(
     return list(zip(*per_view, strict=True))
 
 
+def _paired_scores(log_p: torch.Tensor, log_q: torch.Tensor, action_ids) -> PairedScores:
+    return PairedScores(
+        causal_logprobs=_gather(log_p, action_ids),
+        hindsight_logprobs=_gather(log_q, action_ids),
+        jsd=jensen_shannon(log_p, log_q).cpu().numpy().astype(np.float32),
+    )
+
+
 def score_divergence(
     loaded: LoadedModel,
     causal: Sequence[TeacherForced],
     hindsight: Sequence[TeacherForced],
     memory_budget_bytes: int = DEFAULT_MEMORY_BUDGET_BYTES,
-    prompt_cache: PromptKVCache | None = None,
+    generation_cache: GenerationCache | None = None,
 ) -> list[PairedScores]:
     """Score both views of every step and the per-token JSD of their next-token distributions.
 
-    Views are paired by index and must carry the same action ids. Each chunk scores both
-    views of its steps, their common prompt prefix held once (`_prefixed_log_softmax`:
-    loaded from `prompt_cache` where the causal context was cached, computed otherwise;
-    steps whose views share no prefix get two plain forwards), reduces the [A, V]
-    distributions to per-token values and frees them before the next chunk.
+    Views are paired by index and must carry the same action ids. With
+    `generation_cache`, a causal view kept from generation takes its distributions from
+    the kept hidden states and only its hindsight view runs (from the kept prompt
+    prefix). Otherwise each chunk scores both views of its steps, their common prompt
+    prefix held once (`_prefixed_log_softmax`: loaded from the cache where the prompt was
+    kept, computed otherwise; steps whose views share no prefix get two plain forwards).
+    The [A, V] distributions are reduced to per-token values and freed chunk by chunk.
     """
     if len(causal) != len(hindsight):
         raise ValueError(f"{len(causal)} causal views but {len(hindsight)} hindsight views")
@@ -472,24 +519,34 @@ def score_divergence(
     causal, hindsight = fit_to_model(loaded, causal), fit_to_model(loaded, hindsight)
     empty = np.zeros(0, dtype=np.float32)
     results = [PairedScores(empty, empty, empty) for _ in causal]
+    scored = [index for index, view in enumerate(causal) if view.action_ids]
+    hidden = [_generated(generation_cache, view) for view in causal]
+    generated = [i for i in scored if hidden[i] is not None]
+    stored = [
+        _lookup(generation_cache, view) if kept is not None else (0, None)
+        for view, kept in zip(hindsight, hidden, strict=True)
+    ]
     costs = [
         _row_cost_bytes(loaded.model, c.length, len(c.action_ids))
         + _row_cost_bytes(loaded.model, h.length, len(h.action_ids))
         + _cache_cost_bytes(loaded.model, c.length)
         for c, h in zip(causal, hindsight, strict=True)
     ]
-    scored = [index for index, view in enumerate(causal) if view.action_ids]
     prefixes = [shared_prefix_length(c, h) for c, h in zip(causal, hindsight, strict=True)]
     segments = [
         (prefix, c.length - prefix, h.length - prefix)
         for prefix, c, h in zip(prefixes, causal, hindsight, strict=True)
     ]
-    order = sorted(scored, key=lambda index: segments[index])
-    # A view that shares nothing with its partner gets plain forwards (and no cache).
-    stored = [
-        _lookup(prompt_cache, c) if p else (0, None) for c, p in zip(causal, prefixes, strict=True)
-    ]
+    order = sorted((i for i in scored if hidden[i] is None), key=lambda index: segments[index])
+    for i in order:  # a view sharing nothing with its partner gets plain forwards, no cache
+        stored[i] = _lookup(generation_cache, causal[i]) if prefixes[i] else (0, None)
     with _EvalMode(loaded.model):
+        for chunk in _single_view_log_softmax(
+            loaded, hindsight, generated, stored, memory_budget_bytes
+        ):
+            for i, log_q in chunk:
+                log_p = _log_softmax_from_hidden(loaded, hidden[i])
+                results[i] = _paired_scores(log_p, log_q, causal[i].action_ids)
         for chunk in _chunks(costs, segments, order, memory_budget_bytes):
             shared = [i for i in chunk if prefixes[i] > 0]
             unshared = [i for i in chunk if prefixes[i] == 0]
@@ -505,11 +562,6 @@ def score_divergence(
                 distributions.update(
                     zip(unshared, zip(causal_rows, hindsight_rows, strict=True), strict=True)
                 )
-            for index, (log_p, log_q) in distributions.items():
-                action_ids = causal[index].action_ids
-                results[index] = PairedScores(
-                    causal_logprobs=_gather(log_p, action_ids),
-                    hindsight_logprobs=_gather(log_q, action_ids),
-                    jsd=jensen_shannon(log_p, log_q).cpu().numpy().astype(np.float32),
-                )
+            for i, (log_p, log_q) in distributions.items():
+                results[i] = _paired_scores(log_p, log_q, causal[i].action_ids)
     return results

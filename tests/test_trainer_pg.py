@@ -154,7 +154,7 @@ class KilledOnCall:
     def __init__(self, inner, call: int) -> None:
         self.inner, self.call, self.calls = inner, call, 0
         self.name = inner.name
-        self.prompt_cache = inner.prompt_cache  # rollouts fill the module's cache
+        self.generation_cache = inner.generation_cache  # rollouts fill the module's cache
 
     def __call__(self, trajectories: Sequence[Trajectory]) -> CreditOutput:
         self.calls += 1

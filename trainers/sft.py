@@ -226,8 +226,8 @@ class CreditFilteredSFTTrainer:
             self.policy,
             seed=derive_seed(config.seed, round_index, "agent"),
             **asdict(self.agent_config),
-            # hindsight credit modules reuse the prompts' KV cache (agents.prompt_cache)
-            prompt_cache=getattr(self.credit, "prompt_cache", None),
+            # hindsight credit modules reuse the prompts' KV cache (agents.generation_cache)
+            generation_cache=getattr(self.credit, "generation_cache", None),
         )
         trajectories, _ = collect(
             self.env_id,

@@ -1,4 +1,5 @@
-"""Prompt KV cache: kept by generation, reused by hindsight scoring, never stale."""
+"""Generation cache: prompt keys / values and response hidden states kept by generation,
+reused by hindsight scoring, never stale."""
 
 from __future__ import annotations
 
@@ -7,9 +8,9 @@ import pytest
 import torch
 from torch import nn
 
+from agents.generation_cache import BLOCK_TOKENS, GenerationCache
 from agents.llm import LLMAgent
 from agents.models import build_tiny
-from agents.prompt_cache import BLOCK_TOKENS, PromptKVCache
 from agents.rollout import collect
 from credit.hcapo import outcome_hindsight
 from credit.hp_rlvr import HPRLVR, future_hindsight
@@ -32,63 +33,74 @@ def fake_layers(length: int, value: float = 1.0, layers: int = 2):
 
 
 def test_lookup_finds_the_longest_cached_prefix_exactly():
-    cache = PromptKVCache(nn.Linear(2, 2), budget_bytes=1 << 20)
+    cache = GenerationCache(nn.Linear(2, 2), budget_bytes=1 << 20)
     short, long = tuple(range(40)), tuple(range(40)) + tuple(range(100, 140))
-    cache.put(short, fake_layers(len(short)))
-    cache.put(long, fake_layers(len(long), value=2.0))
+    cache.put_prompt(short, fake_layers(len(short)))
+    cache.put_prompt(long, fake_layers(len(long), value=2.0))
     # Shares 75 tokens with `long` (past the 40 of `short`, mid-block): the exact count.
     context = long[:75] + (999,) * 20
-    length, entry = cache.lookup(context, limit=len(context) - 1)
+    length, entry = cache.lookup_prompt(context, limit=len(context) - 1)
     assert (length, entry.token_ids) == (75, long)
     assert torch.equal(entry.kv[0, 0, 0, :3, 0], torch.tensor([0.0, 2.0, 4.0]))
-    assert cache.lookup(context, limit=50)[0] == 50  # the caller's cap
-    assert cache.lookup((7,) * 40, limit=39) == (0, None)  # first block differs
-    assert cache.lookup(short[: BLOCK_TOKENS - 1], limit=10) == (0, None)  # under one block
-    assert cache.stats["hits"] == 2 and cache.stats["misses"] == 2
+    assert cache.lookup_prompt(context, limit=50)[0] == 50  # the caller's cap
+    assert cache.lookup_prompt((7,) * 40, limit=39) == (0, None)  # first block differs
+    assert cache.lookup_prompt(short[: BLOCK_TOKENS - 1], limit=10) == (0, None)  # under one block
+    assert cache.stats["prompt_hits"] == 2 and cache.stats["prompt_misses"] == 2
 
 
 def test_budget_refuses_new_prompts_and_short_prompts_are_not_kept():
     one = fake_layers(32)
     nbytes = sum(k.numel() + v.numel() for k, v in one) * 4
-    cache = PromptKVCache(nn.Linear(2, 2), budget_bytes=nbytes)
-    cache.put(tuple(range(32)), one)
-    cache.put(tuple(range(1, 33)), fake_layers(32))  # over budget: refused
-    cache.put(tuple(range(5)), fake_layers(5))  # shorter than a block: not worth keeping
+    cache = GenerationCache(nn.Linear(2, 2), budget_bytes=nbytes)
+    cache.put_prompt(tuple(range(32)), one)
+    cache.put_prompt(tuple(range(1, 33)), fake_layers(32))  # over budget: refused
+    cache.put_prompt(tuple(range(5)), fake_layers(5))  # shorter than a block: not worth keeping
     assert len(cache) == 1 and cache.nbytes == nbytes and cache.stats["refused"] == 1
     with pytest.raises(ValueError, match="positions"):
-        cache.put(tuple(range(200, 240)), fake_layers(39))
+        cache.put_prompt(tuple(range(200, 240)), fake_layers(39))
 
 
 def test_a_weight_update_empties_the_cache():
     model = nn.Linear(2, 2)
-    cache = PromptKVCache(model, budget_bytes=1 << 20)
-    cache.put(tuple(range(32)), fake_layers(32))
-    assert cache.lookup(tuple(range(32)), limit=31)[0] == 31
+    cache = GenerationCache(model, budget_bytes=1 << 20)
+    cache.put_prompt(tuple(range(32)), fake_layers(32))
+    assert cache.lookup_prompt(tuple(range(32)), limit=31)[0] == 31
     model(torch.ones(1, 2)).sum().backward()
     torch.optim.SGD(model.parameters(), lr=0.1).step()
-    assert cache.lookup(tuple(range(32)), limit=31) == (0, None)
+    assert cache.lookup_prompt(tuple(range(32)), limit=31) == (0, None)
     assert len(cache) == 0 and cache.nbytes == 0
 
 
-def rollouts(tiny, prompt_cache):
-    agent = LLMAgent(tiny, max_new_tokens=24, seed=5, prompt_cache=prompt_cache)
+def rollouts(tiny, generation_cache):
+    agent = LLMAgent(tiny, max_new_tokens=24, seed=5, generation_cache=generation_cache)
     trajectories, _ = collect(
         ENV_ID, agent, seeds=[11, 12], env_kwargs={"max_steps": 2}, num_envs=2, progress=False
     )
     return trajectories
 
 
-def test_scoring_with_cached_prompts_equals_recomputing_them(tiny):
-    cache = PromptKVCache(tiny.model)
+def test_response_hidden_states_are_keyed_by_prompt_and_response():
+    cache = GenerationCache(nn.Linear(2, 2), budget_bytes=1 << 20)
+    cache.put_response((1, 2, 3), (4, 5), torch.ones(2, 8))
+    assert torch.equal(cache.response_hidden((1, 2, 3), (4, 5)), torch.ones(2, 8))
+    assert cache.response_hidden((1, 2, 3), (4,)) is None
+    assert cache.response_hidden((1, 2), (4, 5)) is None
+    with pytest.raises(ValueError, match="hidden states"):
+        cache.put_response((1,), (4, 5, 6), torch.ones(2, 8))
+
+
+def test_scoring_with_the_generation_cache_equals_recomputing(tiny):
+    cache = GenerationCache(tiny.model)
     batch = rollouts(tiny, cache)
     steps = [(traj, t) for traj in batch for t in range(traj.length)]
-    assert len(cache) == len(steps) >= 3  # every generated prompt kept
+    # every generated prompt and response kept
+    assert cache.stats["prompts_stored"] == cache.stats["responses_stored"] == len(steps) >= 3
     hindsight = [
         hindsight_view(tiny.tokenizer, traj, t, outcome_hindsight(traj)) for traj, t in steps
     ]
     recomputed = score_logprobs(tiny, hindsight)
-    reused = score_logprobs(tiny, hindsight, memory_budget_bytes=1, prompt_cache=cache)
-    assert cache.stats["hits"] == len(steps)
+    reused = score_logprobs(tiny, hindsight, memory_budget_bytes=1, generation_cache=cache)
+    assert cache.stats["prompt_hits"] == len(steps)
     # the hindsight block sits after the observation: most of each prompt is reused
     assert cache.stats["reused_tokens"] > 0.6 * sum(len(v.context_ids) for v in hindsight)
     for a, b in zip(recomputed, reused, strict=True):
@@ -99,24 +111,29 @@ def test_scoring_with_cached_prompts_equals_recomputing_them(tiny):
         hindsight_view(tiny.tokenizer, traj, t, future_hindsight(traj, t)) for traj, t in steps
     ]
     plain = score_divergence(tiny, causal, future)
-    paired = score_divergence(tiny, causal, future, prompt_cache=cache)
-    for a, b, (traj, t) in zip(plain, paired, steps, strict=True):
+    kept = score_divergence(tiny, causal, future, generation_cache=cache)
+    assert cache.stats["response_hits"] == len(steps)  # causal views from hidden states
+    for a, b, (traj, t) in zip(plain, kept, steps, strict=True):
         np.testing.assert_allclose(a.causal_logprobs, b.causal_logprobs, atol=2e-5)
         np.testing.assert_allclose(a.hindsight_logprobs, b.hindsight_logprobs, atol=2e-5)
         np.testing.assert_allclose(a.jsd, b.jsd, atol=1e-5)
         # temperature 1, no top-p: the causal view re-scores what was sampled
         np.testing.assert_allclose(b.causal_logprobs, traj.steps[t].action_logprobs, atol=1e-4)
 
-    # The engine really reads the cache: corrupted keys and values change the scores.
-    for entry in cache._entries.values():
+    # The engine really reads the cache: corrupted entries change the scores.
+    for entry in cache._prompts.values():
         entry.kv.mul_(0.0)
-    corrupted = score_logprobs(tiny, hindsight, prompt_cache=cache)
+    for hidden in cache._responses.values():
+        hidden.mul_(0.0)
+    corrupted = score_logprobs(tiny, hindsight, generation_cache=cache)
     assert max(np.abs(a - b).max() for a, b in zip(recomputed, corrupted, strict=True)) > 1e-3
+    corrupted = score_divergence(tiny, causal, future, generation_cache=cache)
+    assert max(np.abs(a.jsd - b.jsd).max() for a, b in zip(plain, corrupted, strict=True)) > 1e-3
 
 
 def test_cache_of_another_model_is_refused(tiny):
     with pytest.raises(ValueError, match="another model"):
-        LLMAgent(tiny, prompt_cache=PromptKVCache(build_tiny().model))
+        LLMAgent(tiny, generation_cache=GenerationCache(build_tiny().model))
 
 
 def test_trainer_hands_the_credit_modules_cache_to_its_rollouts(tmp_path):
@@ -128,7 +145,7 @@ def test_trainer_hands_the_credit_modules_cache_to_its_rollouts(tmp_path):
     agent = AgentConfig(constrained=True, max_new_tokens=64, history_len=0)
     trainer = PolicyGradientTrainer(tiny, credit, ENV_ID, {"max_steps": 2}, agent, config, tmp_path)
     records = trainer.train()
-    stats = credit.prompt_cache.stats
-    assert stats["stored"] >= 2 and stats["hits"] == stats["stored"]
-    assert len(credit.prompt_cache) == 0  # freed once the batch was scored
+    stats = credit.generation_cache.stats
+    assert stats["prompts_stored"] >= 2 and stats["response_hits"] == stats["responses_stored"]
+    assert len(credit.generation_cache) == 0  # freed once the batch was scored
     assert np.isfinite(records[0]["credit/mean_jsd"])
