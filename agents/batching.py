@@ -200,7 +200,7 @@ class ContinuousBatch:
 
     def _keep_prompts(self, prompts: list[tuple[int, ...]], cache, width: int) -> None:
         """Copy each prefilled prompt's keys and values (its row's last len(prompt)
-        columns of the left-padded prefill) into the prompt cache, if it wants them."""
+        columns of the left-padded prefill) into the generation cache, if it wants them."""
         first = cache.layers[0].keys
         per_token = 2 * len(cache.layers) * first.shape[1] * first.shape[-1] * first.element_size()
         for k, prompt in enumerate(prompts):

@@ -91,8 +91,9 @@ class LLMAgent:
         loaded: model and tokenizer (`agents.models.load_model`).
         temperature, top_p, max_new_tokens, history_len, constrained, seed: see
             `SamplingConfig`.
-        generation_cache: keeps every prompt's keys and values for hindsight scoring
-            (`agents.generation_cache`; trainers pass their credit module's); None: nothing kept.
+        generation_cache: keeps prompts' keys and values and responses' hidden states for
+            hindsight scoring (`agents.generation_cache`; trainers pass their credit
+            module's); None: nothing kept.
     """
 
     def __init__(
@@ -119,7 +120,7 @@ class LLMAgent:
         )
         self.name = f"llm:{loaded.name}"
         if generation_cache is not None and not generation_cache.serves(loaded.model):
-            raise ValueError(f"model {loaded.name!r}: the prompt cache belongs to another model")
+            raise ValueError(f"model {loaded.name!r}: its generation cache is another model's")
         self.generation_cache = generation_cache
         self._calls = 0  # seeds rows that come without an episode key
 

@@ -49,6 +49,7 @@ from credit.scoring import (
     jensen_shannon,
     score_divergence,
     score_logprobs,
+    shared_prefix_length,
 )
 
 
@@ -201,11 +202,22 @@ def bench_env(loaded: LoadedModel, env: str, args: BenchArgs) -> list[str]:
     stats = generation_cache.stats
     action_tokens = sum(traj.num_action_tokens for traj in batch)
     context_tokens = sum(len(view.context_ids) for view in causal)
+
+    def suffix(views: Sequence[TeacherForced]) -> float:  # context after the shared prefix
+        return np.mean(
+            [
+                len(v.context_ids) - shared_prefix_length(c, v)
+                for c, v in zip(causal, views, strict=True)
+            ]
+        )
+
     lines = [
         f"{env}: {len(causal)} steps, {action_tokens} action tokens, {context_tokens} prompt "
         f"tokens; generation {generation_seconds:.2f} s, keeping {stats['prompts_stored']} "
         f"distinct prompts and {stats['responses_stored']} responses "
-        f"({generation_cache.nbytes / 2**20:.0f} MiB)",
+        f"({generation_cache.nbytes / 2**20:.0f} MiB); per step, context after the prompt "
+        f"prefix a hindsight view shares: HCAPO {suffix(hcapo_views):.0f} tokens, HP-RLVR "
+        f"{suffix(hindsight):.0f}",
         f"  {'scoring':<28} {'seconds':>8} {'/ generation':>12} {'naive / this':>12} "
         f"{'max |diff| vs naive':>19}",
     ]

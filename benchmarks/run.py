@@ -120,6 +120,10 @@ class RunConfig:
     history_len: int = 2
     """(observation, action) pairs in the policy's prompt (K = 2, as in GiGPO); the
     hindsight credit modules rebuild prompts with the same K."""
+    generation_cache_gib: float = 2.0
+    """hcapo / hp_rlvr: GiB of prompt keys / values and response hidden states kept from
+    each training rollout for the hindsight scoring (agents/generation_cache.py), on the
+    policy's device; steps beyond it are recomputed (slower, same credit); 0 disables."""
 
 
 PRESETS: dict[str, dict[str, Any]] = {
@@ -155,6 +159,7 @@ NON_IDENTITY_FIELDS = frozenset(
         "eval_batch_size",
         "sample_group_size",
         "name",
+        "generation_cache_gib",  # speed only: cached or recomputed, the same credit
     }
 )
 
@@ -386,6 +391,8 @@ def validate(cfg: RunConfig) -> None:
             lookup("fault family", family, {name: name for name in FAULT_FAMILIES})
     if cfg.history_len < 0:
         raise UsageError(f"--history-len must be >= 0 (got {cfg.history_len})")
+    if cfg.generation_cache_gib < 0:
+        raise UsageError(f"--generation-cache-gib must be >= 0 (got {cfg.generation_cache_gib})")
     if cfg.eval_temperature <= 0:
         raise UsageError("--eval-temperature must be > 0 (the policy records log-probs)")
     if cfg.model in SCRIPTED_AGENTS and trains(cfg):
@@ -415,9 +422,12 @@ def load_trained_policy(base: LoadedModel, final_dir: Path, device: str) -> Load
     return LoadedModel(name=base.name, model=model, tokenizer=base.tokenizer)
 
 
-def build_credit(name: str, policy: LoadedModel | None, history_len: int = 2) -> CreditModule:
-    """Instantiate a credit module; modules that score with a model get `policy` and the
-    prompt history length `history_len` (their rebuilt prompts must match the rollout's)."""
+def build_credit(
+    name: str, policy: LoadedModel | None, history_len: int = 2, generation_cache_gib: float = 0.0
+) -> CreditModule:
+    """Instantiate a credit module; modules that score with a model get `policy`, the
+    prompt history length `history_len` (their rebuilt prompts must match the rollout's)
+    and, where they take one, a generation cache budget."""
     try:
         cls = credit.resolve(name)
     except KeyError as error:
@@ -425,9 +435,13 @@ def build_credit(name: str, policy: LoadedModel | None, history_len: int = 2) ->
     if "model" in inspect.signature(cls).parameters:  # HCAPO, HP-RLVR: hindsight scoring
         if policy is None:
             raise UsageError(f"credit module {name} needs a policy model")
-        if "history_len" in inspect.signature(cls).parameters:
-            return cls(policy, history_len=history_len)
-        return cls(policy)
+        parameters = inspect.signature(cls).parameters
+        options: dict[str, Any] = {}
+        if "history_len" in parameters:
+            options["history_len"] = history_len
+        if "generation_cache_bytes" in parameters:
+            options["generation_cache_bytes"] = int(generation_cache_gib * 2**30)
+        return cls(policy, **options)
     return cls()
 
 
@@ -440,7 +454,7 @@ def train(cfg: RunConfig, env_id: str, run_dir: Path, policy: LoadedModel) -> Lo
     trainer_cls, trainer_config = trainer_configs(cfg)[cfg.trainer]
     trainer = trainer_cls(
         policy,
-        build_credit(cfg.credit, policy, cfg.history_len),
+        build_credit(cfg.credit, policy, cfg.history_len, cfg.generation_cache_gib),
         env_id,
         env_kwargs_for(cfg, env_id, None),
         AgentConfig(

@@ -142,10 +142,10 @@ class HCAPO:
         do_no_harm: zero negative micro terms in successful trajectories (True).
         history_len: steps of history in rebuilt prompts (2, as the rollout prompts).
         memory_budget_bytes: scoring chunk budget (`credit.scoring`).
-        generation_cache_bytes: budget of `generation_cache` (`agents.generation_cache`), which a
-            trainer hands to its rollout agent so each step's prompt keys and values are
-            kept from generation and the scoring runs only the tokens after them; 0
-            disables it (scoring then recomputes every prompt).
+        generation_cache_bytes: budget of `generation_cache` (`agents.generation_cache`),
+            which a trainer hands to its rollout agent: prompts' keys and values and
+            responses' hidden states kept from generation, so scoring runs only what
+            generation did not; 0 disables it (scoring recomputes everything).
 
     Metrics: `frac_reward_zero_std`, `mean_rho`, `frac_rho_clipped`, `num_hindsight_steps`.
     """

@@ -97,10 +97,10 @@ class HPRLVR:
         max_observation_chars: characters kept of each future observation (400).
         history_len: steps of history in rebuilt prompts (2).
         memory_budget_bytes: scoring chunk budget (`credit.scoring`).
-        generation_cache_bytes: budget of `generation_cache` (`agents.generation_cache`), which a
-            trainer hands to its rollout agent so each step's prompt keys and values are
-            kept from generation and the scoring runs only the tokens after them; 0
-            disables it (scoring then recomputes every prompt).
+        generation_cache_bytes: budget of `generation_cache` (`agents.generation_cache`),
+            which a trainer hands to its rollout agent: prompts' keys and values and
+            responses' hidden states kept from generation, so scoring runs only what
+            generation did not; 0 disables it (scoring recomputes everything).
 
     Metrics: `mean_jsd`, `mean_baseline`, `mean_abs_advantage`, `frac_zero_weight_trajs`.
     """

@@ -12,6 +12,10 @@ verifier feedback). The engine does this for many steps at once:
 - logits are only projected at the action positions (`logits_to_keep` with a boolean
   [B, L] mask gives [sum_r A_r, V]), so no batch x length x vocabulary tensor exists;
   JSD is reduced to one value per token inside the chunk and the distributions dropped;
+- with the policy's generation cache (`agents.generation_cache`), what generation
+  already computed is not computed again: a hindsight view loads the keys and values of
+  the prompt prefix it shares with its step and runs only the rest; a causal view kept
+  from generation takes its distributions from the kept output-layer inputs;
 - `torch.no_grad`, `model.eval()` during scoring and the previous mode restored after, so
   it works on a model that is being trained, and on peft (LoRA) wrappers, which forward
   `logits_to_keep` to the wrapped causal LM.
@@ -443,7 +447,7 @@ def _prefixed_log_softmax(
 ) -> list[tuple[torch.Tensor, ...]]:
     """The views of each row with their common prefix held once in a KV cache.
 
-    The prefix is loaded from the prompt cache and/or computed by one batched forward
+    The prefix is loaded from the generation cache and/or computed by one batched forward
     (`_prefix_cache`); then one batched forward per view index runs each view's tokens
     after its start (explicit position ids; the cache columns it must not see -- padding,
     or cached positions past where this view departs from views[0] -- masked), and the

@@ -132,7 +132,7 @@ def test_scoring_with_the_generation_cache_equals_recomputing(tiny):
 
 
 def test_cache_of_another_model_is_refused(tiny):
-    with pytest.raises(ValueError, match="another model"):
+    with pytest.raises(ValueError, match="another model's"):
         LLMAgent(tiny, generation_cache=GenerationCache(build_tiny().model))
 
 

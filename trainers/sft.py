@@ -226,7 +226,7 @@ class CreditFilteredSFTTrainer:
             self.policy,
             seed=derive_seed(config.seed, round_index, "agent"),
             **asdict(self.agent_config),
-            # hindsight credit modules reuse the prompts' KV cache (agents.generation_cache)
+            # hindsight credit modules reuse what generation computed (agents.generation_cache)
             generation_cache=getattr(self.credit, "generation_cache", None),
         )
         trajectories, _ = collect(
