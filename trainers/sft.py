@@ -24,6 +24,7 @@ import dataclasses
 import os
 import time
 from collections.abc import Mapping, Sequence
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -36,6 +37,7 @@ from agents.models import LoadedModel
 from agents.rollout import collect
 from agents.trajectory import TokenBatch, Trajectory
 from credit.base import CreditModule, CreditOutput
+from trainers.activation_checkpointing import recompute_activations
 from trainers.checkpoint import (
     MetricsLog,
     latest_checkpoint,
@@ -80,6 +82,9 @@ class SFTConfig:
     """Kept (prompt, action) pairs per optimiser step."""
     micro_batch_pairs: int = 8
     """Pairs per forward/backward pass; gradients accumulate over micro-batches."""
+    activation_checkpointing: bool = True
+    """Recompute decoder-layer activations in backward (`trainers/activation_checkpointing.py`):
+    the same gradients, a small fraction of the memory."""
     learning_rate: float = 1e-4
     """AdamW learning rate."""
     weight_decay: float = 0.0
@@ -276,17 +281,19 @@ class CreditFilteredSFTTrainer:
         device = next(self.policy.model.parameters()).device
         self.optimizer.zero_grad(set_to_none=True)
         loss_sum = 0.0
-        for begin in range(0, len(pairs), self.config.micro_batch_pairs):
-            batch = to_device(
-                TokenBatch.from_trajectories(
-                    pairs[begin : begin + self.config.micro_batch_pairs], self.pad_token_id
-                ),
-                device,
-            )
-            # Dividing by the step's total token count makes the accumulated sum the mean.
-            loss = action_nll(self.policy.model, batch).sum() / total_tokens
-            loss.backward()
-            loss_sum += float(loss.detach())
+        checkpointing = self.config.activation_checkpointing
+        with recompute_activations(self.policy.model) if checkpointing else nullcontext():
+            for begin in range(0, len(pairs), self.config.micro_batch_pairs):
+                batch = to_device(
+                    TokenBatch.from_trajectories(
+                        pairs[begin : begin + self.config.micro_batch_pairs], self.pad_token_id
+                    ),
+                    device,
+                )
+                # Dividing by the step's total token count makes the accumulated sum the mean.
+                loss = action_nll(self.policy.model, batch).sum() / total_tokens
+                loss.backward()
+                loss_sum += float(loss.detach())
         grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, self.config.max_grad_norm))
         self.optimizer.step()
         return {
