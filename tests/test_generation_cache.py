@@ -140,7 +140,13 @@ def test_trainer_hands_the_credit_modules_cache_to_its_rollouts(tmp_path):
     tiny = build_tiny()  # trained here: not the shared fixture
     credit = HPRLVR(tiny)
     config = PolicyGradientConfig(
-        steps=1, group_size=1, tasks_per_step=2, num_envs=2, learning_rate=1e-3, seed=3
+        steps=1,
+        group_size=1,
+        tasks_per_step=2,
+        num_envs=2,
+        learning_rate=1e-3,
+        seed=3,
+        finetune="lora",  # the adapter is injected after the credit module made its cache
     )
     agent = AgentConfig(constrained=True, max_new_tokens=64, history_len=0)
     trainer = PolicyGradientTrainer(tiny, credit, ENV_ID, {"max_steps": 2}, agent, config, tmp_path)
