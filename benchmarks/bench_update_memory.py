@@ -59,6 +59,7 @@ def measure(config: BenchConfig, checkpointing: bool, results: dict) -> None:
         steps=1,
         group_size=config.group_size,
         tasks_per_step=1,
+        batching="equal_tasks",  # one task, `group_size` rollouts
         num_envs=config.group_size,
         activation_checkpointing=checkpointing,
         seed=0,
