@@ -15,7 +15,7 @@ def loss_and_grads(model, input_ids):
     logits = model(input_ids=input_ids, use_cache=False).logits
     loss = torch.log_softmax(logits.float(), -1)[..., 7].mean()
     loss.backward()
-    return float(loss), [p.grad.clone() for p in model.parameters() if p.requires_grad]
+    return float(loss.detach()), [p.grad.clone() for p in model.parameters() if p.requires_grad]
 
 
 def test_checkpointed_update_recomputes_layers_and_gives_the_same_gradients():
