@@ -526,10 +526,6 @@ def score_divergence(
     scored = [index for index, view in enumerate(causal) if view.action_ids]
     hidden = [_generated(generation_cache, view) for view in causal]
     generated = [i for i in scored if hidden[i] is not None]
-    stored = [
-        _lookup(generation_cache, view) if kept is not None else (0, None)
-        for view, kept in zip(hindsight, hidden, strict=True)
-    ]
     costs = [
         _row_cost_bytes(loaded.model, c.length, len(c.action_ids))
         + _row_cost_bytes(loaded.model, h.length, len(h.action_ids))
@@ -542,8 +538,17 @@ def score_divergence(
         for prefix, c, h in zip(prefixes, causal, hindsight, strict=True)
     ]
     order = sorted((i for i in scored if hidden[i] is None), key=lambda index: segments[index])
-    for i in order:  # a view sharing nothing with its partner gets plain forwards, no cache
-        stored[i] = _lookup(generation_cache, causal[i]) if prefixes[i] else (0, None)
+    # The prompt prefix to load: a kept causal view's hindsight view runs alone, from its
+    # own lookup; a pair runs from the causal context's; a pair sharing nothing with its
+    # partner gets plain forwards, no cache.
+    stored = [
+        _lookup(generation_cache, h)
+        if kept is not None
+        else _lookup(generation_cache, c)
+        if prefix
+        else (0, None)
+        for c, h, kept, prefix in zip(causal, hindsight, hidden, prefixes, strict=True)
+    ]
     with _EvalMode(loaded.model):
         for chunk in _single_view_log_softmax(
             loaded, hindsight, generated, stored, memory_budget_bytes
