@@ -1,4 +1,4 @@
-"""Batched rollouts: N environments in worker processes, their steps generated in one batch.
+"""Batched rollouts: N environments in workers, their steps generated in one batch.
 
 `collect(env_id, agent, seeds, group_size, num_envs)` plays G = `group_size` episodes of
 every task (a task is a reset seed, plus optional reset options), G rollouts of one task
@@ -13,7 +13,10 @@ waits for the longest response of a round (`agents.batching`). A worker that rai
 dies or exceeds its timeout loses its episode (logged with the reason, listed in
 `RolloutStats.dropped`) and is replaced; the rest completes.
 Healthy workers stay alive after the call and are reused by the next call with the
-same env id and kwargs (`agents.workers`; `close_workers` stops them).
+same env id and kwargs (`agents.workers`; `close_workers` stops them). `env_workers`
+picks what a worker is: a process (default) or a Ray actor (`agents.ray_workers`, for
+envs spread over a Ray cluster); both serve the env with the same code, so the same
+seeds give the same trajectories (tested).
 
 Each episode is an `agents.episode.EpisodeRecorder`, the loop `play_episode` drives too,
 so for scripted and random agents the result equals `play_episode` episode by episode,
@@ -29,8 +32,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from multiprocessing.connection import wait
-from typing import Any
+from typing import Any, Literal
 
 import gymnasium as gym
 from tqdm import tqdm
@@ -38,13 +40,16 @@ from tqdm import tqdm
 from agents.base import Agent, AgentAction, StreamingAgent
 from agents.episode import EpisodeRecorder
 from agents.parsing import is_valid_action
+from agents.ray_workers import RayActorPool
 from agents.trajectory import Trajectory
 from agents.workers import (
+    EnvWorker,
+    EnvWorkerPool,
     Failed,
     Reset,
     ResetDone,
     TakeStep,
-    Worker,
+    WorkerGone,
     WorkerPool,
     close_workers,
     pool_for,
@@ -53,9 +58,14 @@ from envs.seeding import REPLICA_OPTION
 
 # `close_workers` belongs to the rollout's interface: callers stop the workers a `collect`
 # call left running without knowing the pool module.
-__all__ = ["RolloutStats", "close_workers", "collect"]
+__all__ = ["ENV_WORKERS", "EnvWorkers", "RolloutStats", "close_workers", "collect"]
 
 logger = logging.getLogger(__name__)
+
+# What an environment worker is: the `env_workers` option of `collect`, the trainers'
+# configs and `benchmarks.run`.
+EnvWorkers = Literal["process", "ray"]
+ENV_WORKERS: dict[str, type[EnvWorkerPool]] = {"process": WorkerPool, "ray": RayActorPool}
 
 
 @dataclass(frozen=True)
@@ -104,7 +114,7 @@ class _Task:
 class _Slot:
     """One worker and the episode it is playing (internal to `collect`)."""
 
-    worker: Worker | None = None
+    worker: EnvWorker | None = None
     task: _Task | None = None
     episode: EpisodeRecorder | None = None  # set once the reset's reply is back
     pending: str = ""  # "reset" / "step" while a reply is awaited
@@ -138,6 +148,7 @@ def collect(
     step_timeout_s: float = 60.0,
     reset_grace_s: float = 0.5,
     progress: bool = True,
+    env_workers: EnvWorkers = "process",
 ) -> tuple[list[Trajectory], RolloutStats]:
     """Play `group_size` episodes of each task with up to `num_envs` envs at once.
 
@@ -148,7 +159,7 @@ def collect(
             an action.
         seeds: one reset seed per task.
         group_size: G, rollouts per task; they share the seed and the `group_id`.
-        num_envs: worker processes (parallel environments, and the largest batch).
+        num_envs: workers (parallel environments, and the largest batch).
         env_kwargs: keyword arguments for `gym.make`.
         options: per task, `reset` options (None: none).
         reset_timeout_s: a reset slower than this drops its episode.
@@ -156,6 +167,8 @@ def collect(
         reset_grace_s: once one reset is done and no step is outstanding, how long to
             wait for other resets to join the same batch.
         progress: show a tqdm bar (one tick per finished episode).
+        env_workers: "process" (one worker process per env) or "ray" (one Ray actor per
+            env, on the Ray cluster `ray.init()` joins).
     Returns:
         Completed trajectories in task order (replicas in order) and `RolloutStats`.
     """
@@ -163,6 +176,8 @@ def collect(
         raise ValueError(f"group_size and num_envs must be >= 1 ({group_size}, {num_envs})")
     if options is not None and len(options) != len(seeds):
         raise ValueError(f"options has {len(options)} entries for {len(seeds)} seeds")
+    if env_workers not in ENV_WORKERS:
+        raise ValueError(f"unknown env_workers {env_workers!r}; valid: {', '.join(ENV_WORKERS)}")
     _check_env_id(env_id)
     start = time.perf_counter()
     queue = deque(
@@ -181,7 +196,7 @@ def collect(
         for replica in range(group_size)
     )
     num_episodes = len(queue)
-    pool: WorkerPool = pool_for(env_id, env_kwargs or {})
+    pool = pool_for(env_id, env_kwargs or {}, ENV_WORKERS[env_workers])
     slots = [_Slot() for _ in range(min(num_envs, num_episodes))]
     finished: dict[int, Trajectory] = {}
     dropped: list[str] = []
@@ -205,8 +220,8 @@ def collect(
     def send(slot: _Slot, command: Reset | TakeStep, timeout_s: float) -> None:
         try:
             slot.worker.send(command)
-        except (BrokenPipeError, OSError) as error:
-            drop(slot, f"worker gone ({type(error).__name__})")
+        except WorkerGone as gone:
+            drop(slot, f"worker gone ({gone})")
             return
         slot.pending = "reset" if isinstance(command, Reset) else "step"
         slot.deadline, slot.ready = time.monotonic() + timeout_s, False
@@ -214,10 +229,8 @@ def collect(
     def receive(slot: _Slot) -> None:
         try:
             reply = slot.worker.receive()
-        except (EOFError, OSError):
-            slot.worker.process.join(timeout=1)  # let the exit code arrive
-            code = slot.worker.process.exitcode
-            drop(slot, f"worker died during {slot.pending} (exit code {code})")
+        except WorkerGone as gone:
+            drop(slot, f"worker died during {slot.pending} ({gone})")
             return
         if isinstance(reply, Failed):
             drop(slot, f"env error during {slot.pending}: {reply.reason}")
@@ -282,11 +295,11 @@ def collect(
                 # episode's next step joins at a fixed point of the generation, but
                 # never for a reset; those join whenever they are done.
                 _await_replies(
-                    [slot for slot in busy if slot.pending == "step"], receive, drop, 0.0
+                    pool, [slot for slot in busy if slot.pending == "step"], receive, drop, 0.0
                 )
                 _poll_resets(busy, receive, drop)
             else:
-                _await_replies(busy, receive, drop, reset_grace_s)
+                _await_replies(pool, busy, receive, drop, reset_grace_s)
     finally:
         bar.close()
         for slot in slots:
@@ -313,6 +326,7 @@ def collect(
 
 
 def _await_replies(
+    pool: EnvWorkerPool,
     busy: list[_Slot],
     receive: Callable[[_Slot], None],
     drop: Callable[[_Slot, str], None],
@@ -332,11 +346,10 @@ def _await_replies(
         limit = min(slot.deadline for slot in waiting_for)
         if grace_end is not None:
             limit = min(limit, grace_end)
-        conns = [slot.worker.conn for slot in waiting_for]
-        ready_conns = wait(conns, timeout=limit - time.monotonic())
+        answered = pool.wait([slot.worker for slot in waiting_for], limit - time.monotonic())
         now = time.monotonic()
         for slot in list(waiting_for):
-            if slot.worker.conn in ready_conns:
+            if any(slot.worker is worker for worker in answered):
                 receive(slot)
                 waiting_for.remove(slot)
             elif now >= slot.deadline:
@@ -348,7 +361,7 @@ def _await_replies(
             if grace_end is not None and now >= grace_end:
                 break
     for slot in busy:
-        if slot.pending and slot.worker.conn.poll():
+        if slot.pending and slot.worker.poll():
             receive(slot)
 
 
@@ -360,7 +373,7 @@ def _poll_resets(
     for slot in busy:
         if slot.pending != "reset":
             continue
-        if slot.worker.conn.poll():
+        if slot.worker.poll():
             receive(slot)
         elif now >= slot.deadline:
             drop(slot, f"timeout: no reply to {slot.pending} within the limit")

@@ -1,9 +1,12 @@
-"""Environment worker processes for `agents.rollout`: one env per process, typed messages.
+"""Environment workers for `agents.rollout`: one env per worker, typed messages.
 
 The parent sends `Reset` / `TakeStep` / `Close`; a worker answers a `Reset` with
 `ResetDone`, a `TakeStep` with `StepDone`, and either with `Failed` when the env raised
 (the worker stays up; the parent drops that episode). The env is built on the first
-reset, so a failing constructor costs one episode, not the run.
+reset, so a failing constructor costs one episode, not the run. `EnvServer` is that
+answering side; it runs in a worker process here and in a Ray actor in
+`agents.ray_workers`, both behind the `EnvWorker` / `EnvWorkerPool` protocols the rollout
+engine drives. A worker that dies or cannot be reached raises `WorkerGone`.
 
 Workers run under forkserver and stay alive between `collect` calls: `WorkerPool` keeps
 the idle ones per env id and kwargs. Starting one costs seconds: besides the env's
@@ -20,11 +23,11 @@ import importlib
 import multiprocessing as mp
 import signal
 import traceback
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from multiprocessing.connection import Connection
+from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
-from typing import Any
+from typing import Any, Protocol
 
 import gymnasium as gym
 
@@ -82,37 +85,97 @@ Command = Reset | TakeStep | Close
 Reply = ResetDone | StepDone | Failed
 
 
+class WorkerGone(Exception):
+    """The worker died or cannot be reached; the message says how (exit code, Ray error)."""
+
+
 def _make_env(env_id: str, env_kwargs: Mapping[str, Any]) -> gym.Env:
     importlib.import_module("envs")  # registers the creditgym ids in this process
     return gym.make(env_id, **env_kwargs)
 
 
+class EnvServer:
+    """One env, built on the first `Reset`, answering commands with replies.
+
+    Every env failure becomes a `Failed` reply, so the server stays up for the next
+    episode; the caller decides what a failed episode costs (the rollout drops it)."""
+
+    def __init__(self, env_id: str, env_kwargs: Mapping[str, Any]) -> None:
+        self.env_id, self.env_kwargs = env_id, dict(env_kwargs)
+        self.env: gym.Env | None = None
+
+    def handle(self, command: Reset | TakeStep) -> Reply:
+        """The reply to one `Reset` or `TakeStep`."""
+        try:
+            if isinstance(command, Reset):
+                if self.env is None:
+                    self.env = _make_env(self.env_id, self.env_kwargs)
+                observation, info = self.env.reset(seed=command.seed, options=command.options)
+                return ResetDone(observation, jsonable(info), env_name(self.env))
+            observation, reward, terminated, truncated, info = self.env.step(command.action)
+            return StepDone(
+                observation, float(reward), bool(terminated), bool(truncated), jsonable(info)
+            )
+        except Exception as error:  # any env failure is reported, the server stays up
+            reason = f"{type(error).__name__}: {error}".splitlines()[0]
+            return Failed(f"{reason}\n{traceback.format_exc()}")
+
+    def close(self) -> None:
+        if self.env is not None:
+            self.env.close()
+            self.env = None
+
+
 def worker_main(conn: Connection, env_id: str, env_kwargs: Mapping[str, Any]) -> None:
-    """Worker loop: serve `Reset` / `TakeStep` until `Close` (module docstring)."""
+    """Worker process loop: serve `Reset` / `TakeStep` until `Close` (module docstring)."""
     # Ctrl-C reaches the whole process group; the parent ends the run and stops its
     # workers, so a worker printing its own KeyboardInterrupt traceback is only noise.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    env = None
+    server = EnvServer(env_id, env_kwargs)
     while True:
         command: Command = conn.recv()
         if isinstance(command, Close):
             break
-        try:
-            if isinstance(command, Reset):
-                if env is None:
-                    env = _make_env(env_id, env_kwargs)
-                observation, info = env.reset(seed=command.seed, options=command.options)
-                conn.send(ResetDone(observation, jsonable(info), env_name(env)))
-            else:
-                observation, reward, terminated, truncated, info = env.step(command.action)
-                reward, terminated, truncated = float(reward), bool(terminated), bool(truncated)
-                conn.send(StepDone(observation, reward, terminated, truncated, jsonable(info)))
-        except Exception as error:  # any env failure is reported, the worker stays up
-            reason = f"{type(error).__name__}: {error}".splitlines()[0]
-            conn.send(Failed(f"{reason}\n{traceback.format_exc()}"))
-    if env is not None:
-        env.close()
+        conn.send(server.handle(command))
+    server.close()
     conn.close()
+
+
+class EnvWorker(Protocol):
+    """What the rollout engine needs of one worker: one command outstanding at a time."""
+
+    def send(self, command: Reset | TakeStep) -> None:
+        """Send a command; raises `WorkerGone` when the worker is known to be gone."""
+
+    def receive(self) -> Reply:
+        """The reply to the outstanding command; raises `WorkerGone` if the worker died."""
+
+    def poll(self) -> bool:
+        """Whether `receive` would return (or raise) at once."""
+
+    def is_alive(self) -> bool: ...
+
+    def kill(self) -> None:
+        """End the worker now (hung, broken, or mid-command)."""
+
+    def close(self) -> None:
+        """End the worker politely (its env closed), killing it if it does not end."""
+
+
+class EnvWorkerPool(Protocol):
+    """Workers of one env id and kwargs, kept between `collect` calls."""
+
+    def take(self) -> EnvWorker:
+        """An idle live worker, or a new one."""
+
+    def release(self, worker: EnvWorker) -> None:
+        """Keep a healthy worker, with no command outstanding, for the next call."""
+
+    def wait(self, workers: Sequence[EnvWorker], timeout: float) -> list[EnvWorker]:
+        """Block up to `timeout` s until one of `workers` has a reply; those that have."""
+
+    def close(self) -> None:
+        """Stop the idle workers."""
 
 
 @dataclass
@@ -123,12 +186,22 @@ class Worker:
     conn: Connection
 
     def send(self, command: Command) -> None:
-        """Send `command`; raises BrokenPipeError / OSError when the worker is gone."""
-        self.conn.send(command)
+        """Send `command`; raises `WorkerGone` when the worker is gone."""
+        try:
+            self.conn.send(command)
+        except (BrokenPipeError, OSError) as error:
+            raise WorkerGone(f"pipe closed ({type(error).__name__})") from error
 
     def receive(self) -> Reply:
-        """The worker's reply; raises EOFError / OSError when the worker died."""
-        return self.conn.recv()
+        """The worker's reply; raises `WorkerGone` (with the exit code) when it died."""
+        try:
+            return self.conn.recv()
+        except (EOFError, OSError) as error:
+            self.process.join(timeout=1)  # let the exit code arrive
+            raise WorkerGone(f"exit code {self.process.exitcode}") from error
+
+    def poll(self) -> bool:
+        return self.conn.poll()
 
     def is_alive(self) -> bool:
         return self.process.is_alive()
@@ -152,7 +225,7 @@ class Worker:
 
 @dataclass
 class WorkerPool:
-    """The idle workers of one env id and kwargs, kept between `collect` calls."""
+    """The idle worker processes of one env id and kwargs, kept between `collect` calls."""
 
     env_id: str
     env_kwargs: dict[str, Any]
@@ -181,24 +254,36 @@ class WorkerPool:
         """Keep a healthy worker, with no command outstanding, for the next call."""
         self.idle.append(worker)
 
+    def wait(self, workers: Sequence[Worker], timeout: float) -> list[Worker]:
+        """Block up to `timeout` s until one of `workers` has a reply; those that have."""
+        ready = wait([worker.conn for worker in workers], timeout=max(timeout, 0.0))
+        return [worker for worker in workers if worker.conn in ready]
 
-_POOLS: dict[str, WorkerPool] = {}
+    def close(self) -> None:
+        for worker in self.idle:
+            worker.close()
+        self.idle.clear()
 
 
-def pool_for(env_id: str, env_kwargs: Mapping[str, Any]) -> WorkerPool:
-    """The pool of `env_id` with `env_kwargs` (made on first use)."""
+_POOLS: dict[str, EnvWorkerPool] = {}
+
+
+def pool_for(
+    env_id: str, env_kwargs: Mapping[str, Any], kind: type[EnvWorkerPool] = WorkerPool
+) -> EnvWorkerPool:
+    """The pool of `kind` (worker processes, Ray actors) for `env_id` with `env_kwargs`
+    (made on first use)."""
     env_kwargs = dict(env_kwargs)
-    key = f"{env_id}|{sorted(env_kwargs.items())!r}"
+    key = f"{kind.__qualname__}|{env_id}|{sorted(env_kwargs.items())!r}"
     if key not in _POOLS:
-        _POOLS[key] = WorkerPool(env_id, env_kwargs)
+        _POOLS[key] = kind(env_id, env_kwargs)
     return _POOLS[key]
 
 
 def close_workers() -> None:
     """Stop every idle worker kept for reuse between `collect` calls (runs at exit too)."""
     for pool in _POOLS.values():
-        for worker in pool.idle:
-            worker.close()
+        pool.close()
     _POOLS.clear()
 
 
