@@ -17,20 +17,32 @@ The file is small TOML:
 Every configuration is validated before the first run starts. Finished runs (their
 folder has `done.json` and every requested episode) are skipped, so rerunning a sweep
 after a crash continues where it stopped. The leaderboard is rebuilt at the end.
+
+`--executor local` runs the configurations one after another in this process;
+`--executor ray` makes each one a Ray task (`--cpus-per-run`, and `--gpus-per-run` for a
+run on `--device cuda`) on the Ray that `ray.init()` finds: the cluster named by
+`--ray-address` or `RAY_ADDRESS`, else a local one started for the sweep. A task runs
+`benchmarks.run`'s own `run`, so run folders, skip-finished and resume are the local
+executor's. A task whose worker dies (killed, out of memory, node lost) is retried up to
+`--retries` times into the same folder, where the run resumes from its last checkpoint
+and last written episode; a run that raises is reported with its error and the others
+go on. On a cluster every node must see `--out` (shared storage), so it must be absolute.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import itertools
+import os
 import sys
 import tomllib
 import traceback
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+import ray
 import tyro
 
 from benchmarks import leaderboard
@@ -59,6 +71,20 @@ class SweepConfig:
     """`i/n`: run only the configurations at positions i, i + n, i + 2n, ... of the
     sweep, so n processes (or machines) can split one sweep without running a
     configuration twice; e.g. `--shard 0/2` and `--shard 1/2` on a 2-core machine."""
+    executor: Literal["local", "ray"] = "local"
+    """local: the runs one after another in this process; ray: each run a Ray task, as
+    many at once as the Ray cluster's CPUs / GPUs allow (docs/running.md)."""
+    ray_address: str | None = None
+    """--executor ray: the Ray cluster to join (e.g. `auto`, `ray://head:10001`); unset:
+    RAY_ADDRESS, else a local Ray started for the sweep."""
+    cpus_per_run: float = 1.0
+    """--executor ray: CPUs each run reserves (Ray also sets its OMP_NUM_THREADS)."""
+    gpus_per_run: float = 1.0
+    """--executor ray: GPUs each run on --device cuda reserves (Ray picks them and sets
+    CUDA_VISIBLE_DEVICES, so give `--device cuda`, not `cuda:N`)."""
+    retries: int = 3
+    """--executor ray: times a run whose worker died is started again (it resumes); a run
+    that raises an error is not retried."""
 
 
 def _coerce(key: str, value: Any) -> Any:
@@ -122,6 +148,85 @@ def load_sweep(path: Path, out: Path | None) -> list[RunConfig]:
     return expand(document, out)
 
 
+def run_local(configs: Sequence[RunConfig], sweep: SweepConfig) -> list[str]:
+    """Run `configs` one after another in this process; one line per failed run."""
+    failures = []
+    for number, config in enumerate(configs, start=1):
+        print(f"[{number}/{len(configs)}] {run_name(config)}: running", flush=True)
+        try:
+            run(config)
+        except Exception as error:  # one broken run must not stop a long sweep
+            traceback.print_exc()
+            failures.append(f"{run_name(config)}: {error}")
+    return failures
+
+
+def run_cell(config: RunConfig) -> str:
+    """One configuration in a Ray worker: `benchmarks.run.run`, which resumes whatever
+    the folder holds (a retry after the worker died continues, repeating nothing)."""
+    return run(config).name
+
+
+def ray_task_options(config: RunConfig, sweep: SweepConfig) -> dict[str, Any]:
+    """The resources and retry policy of one configuration's Ray task."""
+    return {
+        "num_cpus": sweep.cpus_per_run,
+        "num_gpus": sweep.gpus_per_run if config.device.startswith("cuda") else 0,
+        # Worker death only (killed, out of memory, node lost): the rerun resumes.
+        "max_retries": sweep.retries,
+        # An error the run raised would only repeat.
+        "retry_exceptions": False,
+        "name": run_name(config),
+    }
+
+
+def run_on_ray(configs: Sequence[RunConfig], sweep: SweepConfig) -> list[str]:
+    """Submit every configuration as a Ray task, report each as it ends; one line per
+    failed run (its error, or the worker death that outlived the retries)."""
+    if not ray.is_initialized():
+        ray.init(address=sweep.ray_address)  # None: RAY_ADDRESS, else a local Ray
+    remote_cell = ray.remote(run_cell)
+    pending = {}
+    for config in configs:
+        pending[remote_cell.options(**ray_task_options(config, sweep)).remote(config)] = config
+        print(f"submitted {run_name(config)}", flush=True)
+    failures, ended = [], 0
+    while pending:
+        [ref], _ = ray.wait(list(pending), num_returns=1)
+        name = run_name(pending.pop(ref))
+        ended += 1
+        status = "failed"
+        try:
+            ray.get(ref)
+            status = "finished"
+        except ray.exceptions.RayTaskError as error:  # the run raised: show its traceback
+            print(error, file=sys.stderr)
+            failures.append(f"{name}: {error.cause}")
+        except ray.exceptions.RayError as error:  # its worker died more than --retries times
+            failures.append(f"{name}: {type(error).__name__}: {str(error).splitlines()[0]}")
+        print(f"[{ended}/{len(configs)}] {name}: {status}", flush=True)
+    return failures
+
+
+EXECUTORS: dict[str, Callable[[Sequence[RunConfig], SweepConfig], list[str]]] = {
+    "local": run_local,
+    "ray": run_on_ray,
+}
+
+
+def check_ray_options(sweep: SweepConfig, configs: Sequence[RunConfig]) -> None:
+    """UsageError on Ray options that cannot work, before anything is submitted."""
+    if sweep.cpus_per_run < 0 or sweep.gpus_per_run < 0 or sweep.retries < 0:
+        raise UsageError("--cpus-per-run, --gpus-per-run and --retries must be >= 0")
+    joins_cluster = sweep.ray_address is not None or "RAY_ADDRESS" in os.environ
+    relative = sorted({str(c.out) for c in configs if not c.out.is_absolute()})
+    if joins_cluster and relative:
+        raise UsageError(
+            f"--executor ray on a cluster writes where every node can read: --out must be "
+            f"an absolute path on shared storage (got {relative[0]})"
+        )
+
+
 @exit_on_usage_error
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `python -m benchmarks.sweep`."""
@@ -129,20 +234,21 @@ def main(argv: list[str] | None = None) -> int:
     shard_index, shard_count = parse_shard(sweep.shard)
     configs = load_sweep(sweep.config, sweep.out)[shard_index::shard_count]
     for config in configs:
-        validate(config)
+        # A Ray task checks its device where it runs: the driver (a cluster's head
+        # node) may have no GPU. The device is not part of a run's identity.
+        validate(dataclasses.replace(config, device="cpu") if sweep.executor == "ray" else config)
+    if sweep.executor == "ray":
+        check_ray_options(sweep, configs)
     finished = [is_finished(config) for config in configs]
     print(f"{len(configs)} runs, {sum(finished)} finished")
-    failures = []
+    todo = []
     for number, (config, done) in enumerate(zip(configs, finished, strict=True), start=1):
-        status = "finished, skipped" if done else ("to run" if sweep.dry_run else "running")
-        print(f"[{number}/{len(configs)}] {run_name(config)}: {status}", flush=True)
         if done or sweep.dry_run:
-            continue
-        try:
-            run(config)
-        except Exception as error:  # one broken run must not stop a long sweep
-            traceback.print_exc()
-            failures.append(f"{run_name(config)}: {error}")
+            status = "finished, skipped" if done else "to run"
+            print(f"[{number}/{len(configs)}] {run_name(config)}: {status}", flush=True)
+        if not done:
+            todo.append(config)
+    failures = [] if sweep.dry_run or not todo else EXECUTORS[sweep.executor](todo, sweep)
     if sweep.leaderboard and not sweep.dry_run and configs:
         out = configs[0].out
         leaderboard.write_leaderboard(out, out.parent)
