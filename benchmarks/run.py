@@ -43,7 +43,7 @@ from agents.base import Agent, ExpertAgent, RandomAgent
 from agents.episode import play_episode
 from agents.llm import LLMAgent
 from agents.models import MODELS, LoadedModel, ModelUnavailableError, load_model
-from agents.rollout import collect
+from agents.rollout import EnvWorkers, collect
 from agents.trajectory import Trajectory
 from benchmarks import records
 from benchmarks.cli import UsageError, exit_on_usage_error, lookup, suggest
@@ -146,6 +146,10 @@ class RunConfig:
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     """Weight dtype of the policy; auto: float32 on a CPU (exact log-prob bookkeeping, fast
     CPU matmuls), bfloat16 on CUDA (what GPU training uses)."""
+    env_workers: EnvWorkers = "process"
+    """What runs each rollout env (training and evaluation): a worker process, or a Ray
+    actor on the Ray cluster `ray.init()` joins (RAY_ADDRESS, else a local Ray); the same
+    episodes either way, so not part of the run name."""
 
 
 # Iterations of the demo preset: enough for `small` to learn KeyDoor's key at delay 8.
@@ -201,6 +205,7 @@ NON_IDENTITY_FIELDS = frozenset(
         "sample_group_size",
         "name",
         "generation_cache_gib",  # speed only: cached or recomputed, the same credit
+        "env_workers",  # where the envs run, not what they play
     }
 )
 
@@ -236,6 +241,7 @@ def trainer_configs(cfg: RunConfig) -> dict[str, tuple[type, Any]]:
                 seed=cfg.seed,
                 checkpoint_every=1,
                 resume=True,
+                env_workers=cfg.env_workers,
                 **learning_rate,
             ),
         ),
@@ -247,6 +253,7 @@ def trainer_configs(cfg: RunConfig) -> dict[str, tuple[type, Any]]:
                 group_size=size,
                 # Fewer rollouts than environments would leave workers idle.
                 num_envs=min(8, cfg.tasks_per_step * size),
+                env_workers=cfg.env_workers,
                 seed=cfg.seed,
                 resume=True,
                 **learning_rate,
@@ -815,6 +822,7 @@ def policy_rollouts(
         seeds=list(seeds),
         group_size=group_size,
         num_envs=len(seeds) * group_size,
+        env_workers=cfg.env_workers,
         env_kwargs=env_kwargs_for(cfg, env_id, split),
     )
     return trajectories

@@ -32,7 +32,7 @@ from peft import LoraConfig, PeftModel, get_peft_model
 from agents.llm import LLMAgent, SamplingConfig
 from agents.models import LoadedModel
 from agents.parsing import is_valid_action
-from agents.rollout import collect
+from agents.rollout import EnvWorkers, collect
 from agents.trajectory import TokenBatch, Trajectory
 from credit.base import CreditModule, CreditOutput, NonFiniteError, check_finite_advantages
 from trainers.checkpoint import (
@@ -104,6 +104,7 @@ class TrainerSettings(Protocol):
     group_size: int
     task_pool: int
     num_envs: int
+    env_workers: EnvWorkers
     learning_rate: float
     weight_decay: float
     max_grad_norm: float
@@ -296,6 +297,7 @@ class TrainerCore(abc.ABC):
             seeds=self.task_seeds(iteration),
             group_size=config.group_size,
             num_envs=config.num_envs,
+            env_workers=config.env_workers,
             env_kwargs=self.env_kwargs,
         )
         rollout_s = time.perf_counter() - start

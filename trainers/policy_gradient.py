@@ -61,6 +61,7 @@ from tqdm import tqdm
 from agents.llm import SamplingConfig
 from agents.logprobs import action_logprobs
 from agents.models import LoadedModel
+from agents.rollout import EnvWorkers
 from agents.trajectory import TokenBatch, Trajectory
 from credit.base import CreditModule
 from trainers.activation_checkpointing import recompute_activations
@@ -118,6 +119,9 @@ class PolicyGradientConfig:
     repeat across iterations; 0 = a fresh seed for every task."""
     num_envs: int = 8
     """Environments stepped together during rollouts."""
+    env_workers: EnvWorkers = "process"
+    """What runs each rollout env: a worker process, or a Ray actor (on the Ray cluster
+    `ray.init()` joins); the same trajectories either way."""
     learning_rate: float = 1e-5
     """AdamW learning rate (the papers use 1e-6 for full fine-tuning of 1.5B-7B models)."""
     weight_decay: float = 0.0

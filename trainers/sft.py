@@ -36,6 +36,7 @@ import torch
 
 from agents.llm import SamplingConfig
 from agents.models import LoadedModel
+from agents.rollout import EnvWorkers
 from agents.trajectory import TokenBatch, Trajectory
 from credit.base import CreditModule, CreditOutput
 from trainers.activation_checkpointing import recompute_activations
@@ -77,6 +78,9 @@ class SFTConfig:
     """Draw task seeds from range(task_pool) each round (tasks repeat); 0 = fresh seeds."""
     num_envs: int = 8
     """Environments stepped together during rollouts."""
+    env_workers: EnvWorkers = "process"
+    """What runs each rollout env: a worker process, or a Ray actor (on the Ray cluster
+    `ray.init()` joins); the same trajectories either way."""
     min_credit: float = 0.0
     """Keep a step only when its step advantage is above this."""
     epochs_per_round: int = 2
