@@ -8,11 +8,15 @@ STAMP := $(VENV)/.installed
 
 .PHONY: setup demo test lint clean
 
+# verl==0.9.1 requires transformers<5.11, below the project's pin, so it goes in without
+# its dependencies; the `verl` extra holds what its advantage estimators import
+# (docs/integrations.md).
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -e ".[dev]"
+	$(BIN)/pip install --quiet -e ".[dev,trl,verl]"
+	$(BIN)/pip install --quiet --no-deps verl==0.9.1
 	touch $(STAMP)
 
 setup: $(STAMP)
