@@ -56,6 +56,7 @@ from credit.base import (
 )
 from envs.registry import DataFingerprint, EvalSplit
 from envs.sysdiag.faults import FAULT_FAMILIES
+from trainers.curve import CurveSettings
 from trainers.policy_gradient import AgentConfig, PolicyGradientConfig, PolicyGradientTrainer
 from trainers.sft import CreditFilteredSFTTrainer, SFTConfig
 
@@ -143,6 +144,12 @@ class RunConfig:
     """How grpo / gigpo compute their group statistics: creditgym's own way (default) or a
     peer's, to reproduce its numbers: trl, verl, verl-agent (gigpo: creditgym, verl-agent).
     docs/conventions.md has the table."""
+    eval_every: int = 0
+    """Learning curve: evaluate the policy every this many training iterations (and before
+    the first, and after the last) on the first `--curve-episodes` evaluation tasks at
+    `--eval-temperature`, into curve.jsonl (trainers/curve.py); 0: no curve."""
+    curve_episodes: int = 32
+    """Held-out tasks of each learning-curve point (with `--eval-every`)."""
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     """Weight dtype of the policy; auto: float32 on a CPU (exact log-prob bookkeeping, fast
     CPU matmuls), bfloat16 on CUDA (what GPU training uses)."""
@@ -187,7 +194,7 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 # Fields added after reference results were committed: left out of the run name's hash
 # while they hold their defaults, so the committed run folders keep their names.
-LATER_FIELDS = ("faults", "history_len", "credit_convention")
+LATER_FIELDS = ("faults", "history_len", "credit_convention", "eval_every", "curve_episodes")
 # The history length every run used before it depended on the env: runs that resolve to
 # it leave it out of their name's hash (their folders keep their names), others hash it.
 LEGACY_HISTORY_LEN = 2
@@ -411,6 +418,9 @@ TRAINING_ONLY_FIELDS = (
     "learning_rate",
     "credit_convention",
 )
+# Settings that measure a run without changing its policy: a run with a learning curve and
+# one without share a leaderboard row (their names differ: only one has curve.jsonl).
+MEASUREMENT_FIELDS = ("eval_every", "curve_episodes")
 # Settings that choose the task, not the method: they pick the leaderboard table.
 TASK_FIELDS = ("env", "faults", "max_episode_steps")
 
@@ -422,7 +432,12 @@ def method_config(cfg: RunConfig) -> dict[str, Any]:
     Derived from the identity alone, so LATER_FIELDS at their defaults are left out as
     there: a folder written before such a field existed and a new run at its default
     share a row, as they share a run name."""
-    dropped = {"seed", *TASK_FIELDS, *(() if trains(cfg) else TRAINING_ONLY_FIELDS)}
+    dropped = {
+        "seed",
+        *TASK_FIELDS,
+        *MEASUREMENT_FIELDS,
+        *(() if trains(cfg) else TRAINING_ONLY_FIELDS),
+    }
     kept = {key: value for key, value in run_identity(cfg).items() if key not in dropped}
     return {**kept, **method_fields(cfg)}
 
@@ -547,6 +562,8 @@ def validate(cfg: RunConfig) -> None:
         ("--tasks-per-step", cfg.tasks_per_step, 1),
         ("--max-new-tokens", cfg.max_new_tokens, 1),
         ("--sample-group-size", cfg.sample_group_size, 0),
+        ("--eval-every", cfg.eval_every, 0),
+        ("--curve-episodes", cfg.curve_episodes, 1),
     ):
         if value < least:
             raise UsageError(f"{option} must be >= {least} (got {value})")
@@ -678,6 +695,7 @@ def train(cfg: RunConfig, env_id: str, run_dir: Path, policy: LoadedModel) -> Lo
         ),
         trainer_config,
         run_dir,
+        curve=curve_settings(cfg, env_id),
     )
     metrics = trainer.train()
     records.atomic_write_json(
@@ -690,6 +708,22 @@ def train(cfg: RunConfig, env_id: str, run_dir: Path, policy: LoadedModel) -> Lo
         },
     )
     return trainer.policy
+
+
+def curve_settings(cfg: RunConfig, env_id: str) -> CurveSettings | None:
+    """The learning curve's held-out tasks: the first `curve_episodes` evaluation tasks of
+    the first split, one sampling seed for every point (trainers/curve.py)."""
+    if cfg.eval_every == 0:
+        return None
+    split = eval_splits(cfg, env_id)[0]
+    return CurveSettings(
+        every=cfg.eval_every,
+        seeds=tuple(EVAL_SEED_BASE + index for index in range(cfg.curve_episodes)),
+        temperature=cfg.eval_temperature,
+        agent_seed=episode_agent_seed(cfg.seed, "curve", 0),
+        env_kwargs=env_kwargs_for(cfg, env_id, split),
+        num_envs=cfg.eval_batch_size,
+    )
 
 
 def command_line(cfg: RunConfig) -> str:

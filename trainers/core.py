@@ -44,6 +44,7 @@ from trainers.checkpoint import (
     save_checkpoint,
     training_state,
 )
+from trainers.curve import CurveLog, CurveSettings, evaluate_point
 
 # Models small enough that `finetune="auto"` trains every weight instead of a LoRA adapter.
 FULL_FINETUNE_MODELS = frozenset({"tiny", "small", "small-warm"})
@@ -206,6 +207,8 @@ class TrainerCore(abc.ABC):
         config: the trainer's settings (`TrainerSettings`).
         run_dir: folder for `metrics.jsonl`, `train.log`, `tensorboard/`, `checkpoints/`
             and `final/`.
+        curve: periodic evaluation on held-out tasks (`trainers/curve.py`, `curve.jsonl`);
+            None: none.
 
     A subclass calls `__init__`, builds what must see the starting weights, then calls
     `resume` (which may load trained weights) before training.
@@ -220,9 +223,10 @@ class TrainerCore(abc.ABC):
         sampling: SamplingConfig,
         config: TrainerSettings,
         run_dir: str | os.PathLike,
+        curve: CurveSettings | None = None,
     ) -> None:
         config.validate()
-        self.config, self.sampling = config, sampling
+        self.config, self.sampling, self.curve = config, sampling, curve
         self.credit, self.env_id, self.env_kwargs = credit, env_id, dict(env_kwargs)
         self.run_dir = Path(run_dir)
         torch.manual_seed(config.seed)
@@ -255,19 +259,39 @@ class TrainerCore(abc.ABC):
         self.log = MetricsLog(
             self.run_dir, resume_step=self.optimizer_step, total_steps=total_optimizer_steps
         )
+        self.curve_log = CurveLog(self.run_dir, resume_iteration=self.iteration)
 
     def train(self) -> list[dict[str, float]]:
         """Run the remaining iterations; returns every metrics record of the run."""
         try:
             while self.iteration < self.config.iterations:
+                self.curve_point()
                 self.train_iteration()
                 last = self.iteration == self.config.iterations
                 if last or self.iteration % self.config.checkpoint_every == 0:
                     self.save()
+            self.curve_point()
             self.export(self.run_dir / "final")
         finally:
             self.log.close()
         return self.log.read()
+
+    def curve_point(self) -> None:
+        """Evaluate the current weights on the curve's held-out tasks when a point is due
+        after this many iterations and not yet written (a resumed run takes it again)."""
+        curve = self.curve
+        if curve is None or not curve.due(self.iteration, self.config.iterations):
+            return
+        if self.iteration in self.curve_log.iterations:
+            return
+        point = evaluate_point(self.policy, self.env_id, self.sampling, curve)
+        self.curve_log.append(
+            {"iteration": self.iteration, "optimizer_step": self.optimizer_step, **point}
+        )
+        self.log.say(
+            f"curve after {self.iteration} iterations: success {point['success_rate']:.2f} "
+            f"on {point['episodes']:.0f} held-out tasks ({point['eval_s']:.1f}s)"
+        )
 
     @abc.abstractmethod
     def train_iteration(self) -> list[dict[str, float]]:

@@ -73,6 +73,7 @@ from trainers.core import (
     derive_seed,
     to_device,
 )
+from trainers.curve import CurveSettings
 
 # The trainers' name for the rollout policy's sampling settings, which callers import from
 # here: the one sampling config of `agents.llm`, not a copy of it.
@@ -270,8 +271,9 @@ class PolicyGradientTrainer(TrainerCore):
         sampling: SamplingConfig,
         config: PolicyGradientConfig,
         run_dir: str | os.PathLike,
+        curve: CurveSettings | None = None,
     ) -> None:
-        super().__init__(loaded, credit, env_id, env_kwargs, sampling, config, run_dir)
+        super().__init__(loaded, credit, env_id, env_kwargs, sampling, config, run_dir, curve)
         self.is_lora = isinstance(self.policy.model, PeftModel)
         # Built before `resume` loads trained weights: the KL reference is the start.
         self.reference = self._frozen_reference() if config.kl_coef > 0 else None

@@ -48,6 +48,7 @@ from trainers.core import (
     derive_seed,
     to_device,
 )
+from trainers.curve import CurveSettings
 
 # Every key of an SFT metrics record except the credit module's `credit/...`.
 SFT_METRICS = (
@@ -190,8 +191,9 @@ class CreditFilteredSFTTrainer(TrainerCore):
         sampling: SamplingConfig,
         config: SFTConfig,
         run_dir: str | os.PathLike,
+        curve: CurveSettings | None = None,
     ) -> None:
-        super().__init__(loaded, credit, env_id, env_kwargs, sampling, config, run_dir)
+        super().__init__(loaded, credit, env_id, env_kwargs, sampling, config, run_dir, curve)
         # The step count depends on how many pairs each round keeps: not known ahead.
         self.resume(total_optimizer_steps=None)
 
