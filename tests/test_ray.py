@@ -23,7 +23,7 @@ from agents.ray_workers import RayActorPool
 from agents.rollout import close_workers, collect
 from agents.workers import _POOLS
 from benchmarks import records, sweep
-from benchmarks.run import run, run_name
+from benchmarks.run import RunConfig, run, run_name, trainer_configs
 
 CORRIDOR = "tests.rollout_envs:Corridor-v0"
 
@@ -189,7 +189,7 @@ def ray_worker_running(task_name: str) -> int | None:
 def test_a_killed_ray_worker_is_retried_and_its_run_loses_and_repeats_no_episode(
     local_ray, tmp_path
 ):
-    episodes = 60
+    episodes = 100
     config = tmp_path / "sweep.toml"
     config.write_text(
         f'[common]\nenv = "sysdiag"\ncredit = "none"\nmodel = "random"\n'
@@ -218,3 +218,20 @@ def test_a_killed_ray_worker_is_retried_and_its_run_loses_and_repeats_no_episode
     assert len((episodes_file.parent / records.COMMANDS_FILE).read_text().splitlines()) == 2
     clean = records.read_episodes(run(dataclasses.replace(cell, out=tmp_path / "clean")))
     assert written == clean  # the episodes an uninterrupted run plays
+
+
+def test_env_workers_reach_the_trainers_and_leave_the_run_name_alone(tmp_path):
+    on_ray = RunConfig(env_workers="ray", out=tmp_path)
+    assert run_name(on_ray) == run_name(RunConfig(out=tmp_path))
+    for _trainer, config in trainer_configs(on_ray).values():
+        assert config.env_workers == "ray"
+
+
+@pytest.mark.slow  # loads `small` and plays its episodes twice
+def test_a_run_on_ray_env_actors_plays_the_episodes_of_one_on_worker_processes(local_ray, tmp_path):
+    config = RunConfig(env="keydoor", model="small", credit="none", eval_episodes=3,
+                       sample_group_size=0, out=tmp_path / "process")  # fmt: skip
+    on_processes = run(config)
+    on_actors = run(dataclasses.replace(config, env_workers="ray", out=tmp_path / "ray"))
+    assert on_actors.name == on_processes.name
+    assert records.read_episodes(on_actors) == records.read_episodes(on_processes)
