@@ -280,9 +280,9 @@ class RunData:
     def env(self) -> str:
         """Task label: the env name plus what changes the task, so runs on different
         task variants never share a table, e.g. `SysDiag-v0[memory_leak, T=1]` (fault
-        families, episode step limit T)."""
+        families, env options such as `delay=16`, episode step limit T)."""
         name = str(self.config["env_id"]).split("/")[-1]
-        variant = [*self.config.get("faults", ())]
+        variant = [*self.config.get("faults", ()), *self.config.get("env_options", ())]
         if self.config.get("max_episode_steps") is not None:
             variant.append(f"T={self.config['max_episode_steps']}")
         return f"{name}[{', '.join(variant)}]" if variant else name

@@ -14,6 +14,7 @@ credit, model, trainer, split) are turned into objects here, through dict regist
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import math
@@ -132,6 +133,12 @@ class RunConfig:
     """SysDiag only: fault families to train and evaluate on (empty: all ten); e.g.
     `--faults memory_leak --max-episode-steps 1` is the one-step task of the reference
     learning slice (benchmarks/configs/reference_cpu.toml)."""
+    env_options: tuple[str, ...] = ()
+    """Constructor options of the env as key=value (values read as JSON, else as text),
+    e.g. `--env-options delay=16 variance=high` (KeyDoor) or `length=20` (Umbrella);
+    envs/*/env.py list each env's. They choose the task: runs with other options get their
+    own name and leaderboard table; the step limit, when unset, is the env's own default
+    for these options."""
     history_len: int | None = None
     """(observation, action) pairs in the policy's prompt; unset: 0 on an env whose
     observations are Markov (`EnvInfo.markov`: KeyDoor, Umbrella), else 2 (GiGPO's K). The
@@ -194,7 +201,14 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 # Fields added after reference results were committed: left out of the run name's hash
 # while they hold their defaults, so the committed run folders keep their names.
-LATER_FIELDS = ("faults", "history_len", "credit_convention", "eval_every", "curve_episodes")
+LATER_FIELDS = (
+    "faults",
+    "history_len",
+    "credit_convention",
+    "eval_every",
+    "curve_episodes",
+    "env_options",
+)
 # The history length every run used before it depended on the env: runs that resolve to
 # it leave it out of their name's hash (their folders keep their names), others hash it.
 LEGACY_HISTORY_LEN = 2
@@ -306,13 +320,44 @@ def model_dtype(cfg: RunConfig) -> str:
 
 
 def step_limit(cfg: RunConfig) -> int:
-    """The episode step limit T of a run: --max-episode-steps, else the env's default.
+    """The episode step limit T of a run: --max-episode-steps, else the env's default
+    (with --env-options, the default the env computes for them: KeyDoor's grows with
+    `delay`, Umbrella's is its `length`).
 
     Resolved here, for naming and for the env alike, so that a run with the option unset
     and one that spells out the env's default are the same run (same folder)."""
     if cfg.max_episode_steps is not None:
         return cfg.max_episode_steps
-    return envs.ENVS[env_id_for(cfg.env)].max_episode_steps
+    env_id = env_id_for(cfg.env)
+    if not cfg.env_options:
+        return envs.ENVS[env_id].max_episode_steps
+    return env_default_limit(env_id, json.dumps(env_options(cfg), sort_keys=True))
+
+
+@functools.lru_cache(maxsize=64)
+def env_default_limit(env_id: str, options_json: str) -> int:
+    """The `max_steps` an env built with these options (JSON) chooses for itself."""
+    env = make_env(env_id, {**envs.ENVS[env_id].train_kwargs, **json.loads(options_json)})
+    try:
+        return int(env.unwrapped.max_steps)
+    finally:
+        env.close()
+
+
+def env_options(cfg: RunConfig) -> dict[str, Any]:
+    """--env-options as constructor kwargs (`delay=16` -> {"delay": 16})."""
+    options: dict[str, Any] = {}
+    for option in cfg.env_options:
+        key, sep, text = option.partition("=")
+        if not sep or not key.isidentifier():
+            raise UsageError(f"--env-options takes key=value pairs (got {option!r})")
+        if key == "max_steps":
+            raise UsageError("the step limit is --max-episode-steps, not --env-options max_steps")
+        try:
+            options[key] = json.loads(text)
+        except json.JSONDecodeError:
+            options[key] = text
+    return options
 
 
 def prompt_history(cfg: RunConfig) -> int:
@@ -404,7 +449,8 @@ def run_name(cfg: RunConfig) -> str:
         if trains(cfg)
         else EVAL_ONLY
     )
-    env = "-".join([short_env_name(identity["env"]), *cfg.faults])
+    options = [re.sub(r"[^A-Za-z0-9.]+", "", option) for option in cfg.env_options]
+    env = "-".join([short_env_name(identity["env"]), *cfg.faults, *options])
     return _slug(f"{env}_{cfg.model}_{what}_seed{cfg.seed}_{digest[:6]}")
 
 
@@ -422,7 +468,7 @@ TRAINING_ONLY_FIELDS = (
 # one without share a leaderboard row (their names differ: only one has curve.jsonl).
 MEASUREMENT_FIELDS = ("eval_every", "curve_episodes")
 # Settings that choose the task, not the method: they pick the leaderboard table.
-TASK_FIELDS = ("env", "faults", "max_episode_steps")
+TASK_FIELDS = ("env", "faults", "env_options", "max_episode_steps")
 
 
 def method_config(cfg: RunConfig) -> dict[str, Any]:
@@ -508,6 +554,7 @@ def env_kwargs_for(cfg: RunConfig, env_id: str, split: EvalSplit | None) -> dict
     kwargs: dict[str, Any] = (
         dict(split.env_kwargs) if split else dict(envs.ENVS[env_id].train_kwargs)
     )
+    kwargs.update(env_options(cfg))
     kwargs["max_steps"] = step_limit(cfg)
     if cfg.model == "expert":  # the one agent that reads `expert_action`
         kwargs.update(envs.ENVS[env_id].expert_kwargs)
@@ -544,6 +591,8 @@ def validate(cfg: RunConfig) -> None:
     lookup("trainer", cfg.trainer, {name: name for name in TRAINER_NAMES})
     if cfg.eval_episodes < 0 or cfg.steps < 0 or group_size(cfg) < 1:
         raise UsageError("--eval-episodes and --steps must be >= 0 and --group-size >= 1")
+    if cfg.env_options:  # the env's own constructor checks names and values
+        make_env(env_id, env_kwargs_for(cfg, env_id, None)).close()
     if cfg.faults and env_id != SYSDIAG_ID:
         raise UsageError(f"--faults selects SysDiag fault families; {env_id} has none")
     if cfg.faults:

@@ -96,6 +96,8 @@ def _coerce(key: str, value: Any) -> Any:
         )
     if key == "faults":  # "a,b" or ["a", "b"] (in [common]; in a grid a list is an axis)
         return tuple(value.split(",")) if isinstance(value, str) else tuple(value)
+    if key == "env_options":  # "delay=16 variance=high" (in a grid, a list of such is an axis)
+        return tuple(value.split()) if isinstance(value, str) else tuple(value)
     return Path(value) if key == "out" else value
 
 

@@ -33,6 +33,12 @@ SCRIPTED = ["--model", "random", "--credit", "none", "--sample-group-size", "0"]
         (["--eval-temperature", "nan"], "--eval-temperature must be > 0"),
         (["--max-episode-steps", "0"], "--max-episode-steps must be >= 1"),
         (["--model", "smolm2-135m"], "Did you mean smollm2-135m"),
+        (["--eval-every", "-1"], "--eval-every must be >= 0"),
+        (["--curve-episodes", "0"], "--curve-episodes must be >= 1"),
+        (["--env", "keydoor", "--env-options", "delay"], "key=value pairs"),
+        (["--env", "keydoor", "--env-options", "dely=3"], "unexpected keyword argument 'dely'"),
+        (["--env", "keydoor", "--env-options", "delay=-2"], "delay must be a non-negative"),
+        (["--env", "keydoor", "--env-options", "max_steps=3"], "--max-episode-steps"),
     ],
 )
 def test_bad_values_are_one_line_with_status_2_and_leave_nothing(argv, expected, capsys, tmp_path):
@@ -42,6 +48,24 @@ def test_bad_values_are_one_line_with_status_2_and_leave_nothing(argv, expected,
     assert "Traceback" not in err and len(err.splitlines()) == 1, err
     assert expected in err
     assert not out.exists() or not list(out.iterdir())
+
+
+def test_env_options_choose_the_task_its_step_limit_and_its_table():
+    default = run_module.parse_config(["--env", "keydoor"])
+    long = run_module.parse_config(
+        ["--env", "keydoor", "--env-options", "delay=16", "variance=high"]
+    )
+    assert run_module.env_kwargs_for(long, "creditgym/KeyDoor-v0", None) == {
+        "delay": 16,
+        "variance": "high",
+        "max_steps": 20,  # the env's own default for delay 16 (delay + 4), not delay 8's 12
+    }
+    assert run_module.step_limit(default) == 12
+    assert run_module.run_name(long).startswith("keydoor-delay16-variancehigh_")
+    # Other options are another task: another leaderboard table, the same method row.
+    assert run_module.method_config(long) == run_module.method_config(default)
+    umbrella = run_module.parse_config(["--env", "umbrella", "--env-options", "length=20"])
+    assert run_module.step_limit(umbrella) == 20
 
 
 def test_a_run_failing_before_any_output_leaves_no_folder(monkeypatch, tmp_path):
@@ -140,8 +164,24 @@ def test_the_run_folder_keeps_commands_logs_and_evaluation_trajectories(tmp_path
     assert sorted(trajectories) == [("test", 0), ("test", 1)]
     assert all(step["response"] for t in trajectories.values() for step in t["steps"])
     # A rerun resumes: it says so, and the command is kept next to the first one.
-    assert main([*argv[:-4], "--eval-episodes", "3", "--sample-group-size", "0",
-                 "--out", str(tmp_path)]) == 0
+    assert (
+        main(
+            [*argv[:-4], "--eval-episodes", "3", "--sample-group-size", "0", "--out", str(tmp_path)]
+        )
+        == 0
+    )
     commands = (run_dir / records.COMMANDS_FILE).read_text().splitlines()
     assert len(commands) == 2 and "--eval-episodes 3" in commands[1]
     assert len(records.read_eval_trajectories(run_dir)) == 3
+
+
+def test_a_sweep_grid_takes_env_options_as_an_axis_of_strings():
+    document = {
+        "common": {"env": "keydoor", "model": "random", "credit": "none"},
+        "grid": [{"env_options": ["delay=1 variance=high", "delay=4 variance=high"]}],
+    }
+    configs = sweep.expand(document, out=None)
+    assert [c.env_options for c in configs] == [
+        ("delay=1", "variance=high"),
+        ("delay=4", "variance=high"),
+    ]
