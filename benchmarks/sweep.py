@@ -45,6 +45,7 @@ from typing import Any, Literal
 import ray
 import tyro
 
+from agents.rollout import close_workers
 from benchmarks import leaderboard
 from benchmarks.cli import UsageError, exit_on_usage_error, lookup, suggest
 from benchmarks.run import PRESETS, RunConfig, is_finished, run, run_name, validate
@@ -160,7 +161,17 @@ def run_local(configs: Sequence[RunConfig], sweep: SweepConfig) -> list[str]:
         except Exception as error:  # one broken run must not stop a long sweep
             traceback.print_exc()
             failures.append(f"{run_name(config)}: {error}")
+        # Env workers are kept per env and kwargs for the next run on the same task (their
+        # start-up costs seconds each); a sweep moving to another task stops them, or a
+        # grid of many tasks would keep every task's workers (and their memory) alive.
+        if number == len(configs) or task_of(configs[number]) != task_of(config):
+            close_workers()
     return failures
+
+
+def task_of(config: RunConfig) -> tuple[Any, ...]:
+    """What decides the env workers a run uses (its env and the env's kwargs)."""
+    return (config.env, config.faults, config.env_options, config.max_episode_steps)
 
 
 def run_cell(config: RunConfig) -> str:
