@@ -7,6 +7,7 @@ as `fn(token_level_rewards=, response_mask=, index=, config=)` and takes back
     creditgym_grpo        credit.grpo.GRPO, verl's convention (equals verl's `grpo`)
     creditgym_gigpo       credit.gigpo.GiGPO, verl-agent's convention
     creditgym_rule_based  credit.rule_based.RuleBased
+    creditgym_hp_rlvr     HP-RLVR's reward-side weighting (`HPRLVREstimator`)
 
 and `register` adds any other creditgym module instance under a name of your choice.
 
@@ -32,10 +33,11 @@ for verl's multi-turn layout of one row per rollout, whose response holds every 
 - step t's advantage is placed on every token of turn t; returns equal advantages
   (no critic), as in verl's outcome estimators.
 
-verl's own `compute_advantage` (`verl/trainer/ppo/ray_trainer.py`) passes the non-tensor
-data to no estimator but `gdpo`, so a module that needs per-turn fields is called from
-the trainer with `compute_advantage` here, as verl-agent's trainer calls its GiGPO; GRPO
-needs none and also runs from verl's own `algorithm.adv_estimator=creditgym_grpo`. The
+verl's own `compute_advantage` (`verl/trainer/ppo/ray_trainer.py`) passes the batch and
+its non-tensor data to no estimator but `gdpo`, so an estimator that needs per-turn
+fields (or, HP-RLVR, the divergences in the batch) is called from the trainer with
+`compute_advantage` here, as verl-agent's trainer calls its GiGPO; GRPO needs none and
+also runs from verl's own `algorithm.adv_estimator=creditgym_grpo`. The
 registering import must happen in the process that runs the trainer (verl's
 `TaskRunner` Ray actor): `VERL_USE_EXTERNAL_MODULES=integrations.verl_credit` makes
 `import verl` do it there.
@@ -56,6 +58,7 @@ from agents.trajectory import Step, Trajectory
 from credit.base import CreditModule
 from credit.gigpo import GiGPO
 from credit.grpo import GRPO
+from credit.hp_rlvr import token_credit, updated_baselines
 from credit.rule_based import RuleBased
 
 ENV_ID = "verl"  # the `env_id` of trajectories rebuilt from a verl batch
@@ -216,9 +219,87 @@ def register(name: str, module: CreditModule, needs: Sequence[str] = ()) -> None
     register_adv_est(name)(make_estimator(module, needs))
 
 
+class HPRLVREstimator:
+    """HP-RLVR's token credit A_j = (R - b) w_j from divergences that come with the batch.
+
+    Chen et al. 2026, "Hindsight-Privileged RLVR" (`credit.hp_rlvr`, whose functions this
+    calls). The divergences d_j need two teacher-forced passes of the policy per turn
+    (causal and hindsight views), which only verl's actor worker can run; the worker
+    writes them to `batch["hindsight_divergence"]` ([bs, L], d_j in [0, 1] on the
+    response tokens) and this estimator does the rest: R from the row's rewards, the
+    baseline b (an EMA of R per task, the task read from `non_tensor_batch["task_id"]`
+    when the batch has it, else the group `index`), the weights w_j per trajectory and
+    the baseline update after the credit, as `credit.hp_rlvr.HPRLVR` does.
+
+    The baselines live in this object, in the process that runs the trainer; a verl
+    checkpoint does not save them, so a resumed run starts them over.
+
+    Args: as `credit.hp_rlvr.HPRLVR` (baseline_momentum, initial_baseline,
+        normalise_weights, max_weight).
+    """
+
+    def __init__(
+        self,
+        baseline_momentum: float = 0.9,
+        initial_baseline: float = 0.0,
+        normalise_weights: bool = True,
+        max_weight: float = 5.0,
+    ) -> None:
+        self.baseline_momentum = baseline_momentum
+        self.normalise_weights = normalise_weights
+        self.max_weight = max_weight
+        self.global_baseline = float(initial_baseline)
+        self.task_baselines: dict[str, float] = {}
+
+    def __call__(
+        self,
+        token_level_rewards: torch.Tensor,
+        response_mask: torch.Tensor,
+        index: np.ndarray,
+        config: Any = None,
+        non_tensor_batch: Mapping[str, np.ndarray] | None = None,
+        batch: Mapping[str, torch.Tensor] | None = None,
+        **kwargs: Any,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        del config, kwargs
+        if batch is None or "hindsight_divergence" not in batch:
+            raise ValueError(
+                "credit module hp_rlvr needs batch['hindsight_divergence'] (the actor's "
+                "causal-vs-hindsight divergences); verl's compute_advantage passes none, "
+                "call integrations.verl_credit.compute_advantage from the trainer"
+            )
+        fields = non_tensor_batch or {}
+        trajectories, turns = trajectories_from_batch(
+            token_level_rewards, response_mask, index, non_tensor_batch
+        )
+        task_keys = [str(key) for key in fields.get("task_id", index)]
+        divergence = batch["hindsight_divergence"].detach().to(torch.float64).cpu().numpy()
+        advantages = torch.zeros(response_mask.shape, dtype=torch.float32)
+        for row, (trajectory, row_turns) in enumerate(zip(trajectories, turns, strict=True)):
+            baseline = self.task_baselines.get(task_keys[row], self.global_baseline)
+            credit = token_credit(
+                [divergence[row, turn.start : turn.end] for turn in row_turns],
+                trajectory.total_return,
+                baseline,
+                self.normalise_weights,
+                self.max_weight,
+            )
+            for values, turn in zip(credit, row_turns, strict=True):
+                advantages[row, turn.start : turn.end] = torch.from_numpy(values)
+        self.task_baselines, self.global_baseline = updated_baselines(
+            self.task_baselines,
+            self.global_baseline,
+            task_keys,
+            np.array([t.total_return for t in trajectories], dtype=np.float64),
+            self.baseline_momentum,
+        )
+        advantages = advantages.to(response_mask.device)
+        return advantages, advantages
+
+
 def compute_advantage(data: DataProto, name: str, config: Any = None) -> DataProto:
     """Fill `data.batch["advantages"]` and `["returns"]` with estimator `name`, passing
-    the batch's non-tensor data (what verl's own `compute_advantage` does not).
+    the batch's tensors and non-tensor data (what verl's own `compute_advantage` does not).
 
     Args:
         data: verl's batch with `token_level_rewards`, `response_mask` and
@@ -233,6 +314,7 @@ def compute_advantage(data: DataProto, name: str, config: Any = None) -> DataPro
         index=data.non_tensor_batch["uid"],
         config=config,
         non_tensor_batch=data.non_tensor_batch,
+        batch=data.batch,
     )
     data.batch["advantages"] = advantages
     data.batch["returns"] = returns
@@ -242,3 +324,4 @@ def compute_advantage(data: DataProto, name: str, config: Any = None) -> DataPro
 register("creditgym_grpo", GRPO(convention="verl"))
 register("creditgym_gigpo", GiGPO(convention="verl-agent"), needs=("turn_observations",))
 register("creditgym_rule_based", RuleBased(), needs=("turn_key_steps", "success"))
+register_adv_est("creditgym_hp_rlvr")(HPRLVREstimator())

@@ -9,6 +9,8 @@ creditgym module gives that step of the hand-written trajectory.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import torch
@@ -16,9 +18,11 @@ import verl
 from verl import DataProto
 from verl.trainer.ppo.core_algos import get_adv_estimator_fn
 
+from agents.models import build_tiny
 from agents.trajectory import Step, Trajectory
 from credit.gigpo import GiGPO
 from credit.grpo import GRPO
+from credit.hp_rlvr import HPRLVR
 from credit.rule_based import RuleBased
 from integrations.verl_credit import compute_advantage, trajectories_from_batch, turns_of
 
@@ -53,19 +57,40 @@ TRAJECTORIES = [
 ]
 
 
-def verl_batch(trajectories: list[Trajectory]) -> DataProto:
-    """The batch verl's multi-turn rollout builds for these trajectories (right padding)."""
-    width = max(t.length * (TURN_TOKENS + REPLY_TOKENS) for t in trajectories) + 1
+def turn_starts(trajectory: Trajectory) -> list[tuple[int, int]]:
+    """(start, length) of each turn in the row: the step's generated tokens (TURN_TOKENS
+    for a step without any), then REPLY_TOKENS of env reply."""
+    spans, position = [], 0
+    for step in trajectory.steps:
+        length = len(step.action_token_ids) or TURN_TOKENS
+        spans.append((position, length))
+        position += length + REPLY_TOKENS
+    return spans
+
+
+def verl_batch(
+    trajectories: list[Trajectory], divergences: list[list[np.ndarray]] | None = None
+) -> DataProto:
+    """The batch verl's multi-turn rollout builds for these trajectories (right padding);
+    `divergences` (per trajectory, per step, one per token) go to `hindsight_divergence`."""
+    width = max(sum(n + REPLY_TOKENS for _, n in turn_starts(t)) for t in trajectories) + 1
     rewards = torch.zeros(len(trajectories), width)
     mask = torch.zeros(len(trajectories), width, dtype=torch.int64)
+    divergence = torch.zeros(len(trajectories), width)
     for row, traj in enumerate(trajectories):
-        position = 0
-        for step in traj.steps:
-            mask[row, position : position + TURN_TOKENS] = 1
-            rewards[row, position + TURN_TOKENS - 1] = step.reward
-            position += TURN_TOKENS + REPLY_TOKENS
+        for t, (step, (start, length)) in enumerate(
+            zip(traj.steps, turn_starts(traj), strict=True)
+        ):
+            mask[row, start : start + length] = 1
+            rewards[row, start + length - 1] = step.reward
+            if divergences is not None:
+                divergence[row, start : start + length] = torch.from_numpy(divergences[row][t])
     return DataProto.from_dict(
-        tensors={"token_level_rewards": rewards, "response_mask": mask},
+        tensors={
+            "token_level_rewards": rewards,
+            "response_mask": mask,
+            "hindsight_divergence": divergence,
+        },
         non_tensors={
             "uid": np.array([t.group_id for t in trajectories], dtype=object),
             "turn_observations": np.array(
@@ -75,6 +100,7 @@ def verl_batch(trajectories: list[Trajectory]) -> DataProto:
                 [[s.key_step for s in t.steps] for t in trajectories], dtype=object
             ),
             "success": np.array([t.success for t in trajectories], dtype=object),
+            "task_id": np.array([f"{t.env_id}/{t.task_id}" for t in trajectories], dtype=object),
         },
     )
 
@@ -87,6 +113,44 @@ def by_turn(step_advantages: list[np.ndarray], like: torch.Tensor) -> torch.Tens
             start = t * (TURN_TOKENS + REPLY_TOKENS)
             expected[row, start : start + TURN_TOKENS] = float(value)
     return expected
+
+
+def by_token(
+    trajectories: list[Trajectory], token_advantages: list[list[np.ndarray]], like: torch.Tensor
+) -> torch.Tensor:
+    """Per-token values of each step on its turn's tokens."""
+    expected = torch.zeros(like.shape)
+    for row, traj in enumerate(trajectories):
+        for values, (start, length) in zip(token_advantages[row], turn_starts(traj), strict=True):
+            expected[row, start : start + length] = torch.from_numpy(values)
+    return expected
+
+
+def test_hp_rlvr_estimator_gives_the_module_token_credit_batch_after_batch() -> None:
+    loaded = build_tiny()
+    tokenizer = loaded.tokenizer
+
+    def generated(traj: Trajectory) -> Trajectory:  # as if the policy had written the actions
+        steps = []
+        for step in traj.steps:
+            ids = tuple(tokenizer.encode(f"<action>{step.observation}</action>"))
+            steps.append(replace(step, action_token_ids=ids, action_logprobs=(0.0,) * len(ids)))
+        return replace(traj, steps=tuple(steps))
+
+    # Task a: returns 0.5 and -0.25 (its next baseline 0.125); task b: return 1.0 twice.
+    trajectories = [generated(t) for t in (TRAJECTORIES[0], TRAJECTORIES[1], TRAJECTORIES[3])]
+    trajectories.append(trajectories[2])
+    module = HPRLVR(loaded, generation_cache_bytes=0)
+    for _ in range(2):  # the second batch meets the baselines the first one left
+        batch = verl_batch(trajectories, module.divergences(trajectories))
+        expected = module(trajectories).token_advantages
+        computed = compute_advantage(batch, "creditgym_hp_rlvr").batch["advantages"]
+        torch.testing.assert_close(
+            computed, by_token(trajectories, expected, computed), rtol=1e-5, atol=1e-6
+        )
+    assert module.task_baselines["verl/b"] == pytest.approx(1.0)
+    assert torch.all(computed[2:] == 0)  # task b's R equals its baseline now: no credit
+    assert torch.any(computed[:2] != 0)
 
 
 def test_installed_verl_is_the_pinned_version() -> None:
