@@ -177,7 +177,12 @@ def task_of(config: RunConfig) -> tuple[Any, ...]:
 def run_cell(config: RunConfig) -> str:
     """One configuration in a Ray worker: `benchmarks.run.run`, which resumes whatever
     the folder holds (a retry after the worker died continues, repeating nothing)."""
-    return run(config).name
+    try:
+        return run(config).name
+    finally:
+        # Ray reuses the worker for other tasks: what a task started ends with it, as the
+        # resources it reserved do.
+        close_workers()
 
 
 def ray_task_options(config: RunConfig, sweep: SweepConfig) -> dict[str, Any]:
