@@ -29,6 +29,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import gymnasium as gym
+from transformers import PreTrainedTokenizerBase
+from trl.chat_template_utils import qwen2_5_chat_template, supports_tool_calling
 
 import envs  # noqa: F401  (registers the creditgym ids with Gymnasium)
 from agents.base import AgentAction
@@ -120,6 +122,27 @@ class CreditgymEnv:
     def success(self) -> bool:
         """The env's verdict so far (False until an episode ends in success)."""
         return bool(self._started.info.get("success", False))
+
+
+def tool_calling_tokenizer(tokenizer: PreTrainedTokenizerBase) -> PreTrainedTokenizerBase:
+    """`tokenizer` with a chat template TRL renders and parses tool calls with.
+
+    Its own template if TRL supports it; else, for a ChatML tokenizer (creditgym's `tiny`
+    and `small`, SmolLM2), Qwen2.5's template, which uses the same special tokens and is
+    one TRL parses (a plain ChatML template renders no tool call). Sets it in place.
+
+    Raises:
+        ValueError: no tool-calling template and no ChatML tokens to borrow Qwen2.5's.
+    """
+    if supports_tool_calling(tokenizer):
+        return tokenizer
+    if tokenizer.convert_tokens_to_ids("<|im_start|>") in (None, tokenizer.unk_token_id):
+        raise ValueError(
+            "the tokenizer's chat template cannot render tool calls and it has no ChatML "
+            "tokens; give it a tool-calling template TRL knows (trl.chat_template_utils)"
+        )
+    tokenizer.chat_template = qwen2_5_chat_template
+    return tokenizer
 
 
 def environment_factory(env_id: str, **make_kwargs: Any) -> Callable[[], CreditgymEnv]:

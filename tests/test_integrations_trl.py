@@ -19,8 +19,15 @@ from trl import GRPOConfig, GRPOTrainer
 from trl.chat_template_utils import qwen2_5_chat_template
 
 from agents.models import build_tiny
+from benchmarks import trl_grpo
+from benchmarks.cli import USAGE_EXIT_CODE
 from credit.rule_based import RuleBased
-from integrations.trl_env import EPISODE_OVER, environment_factory, episode_success
+from integrations.trl_env import (
+    EPISODE_OVER,
+    environment_factory,
+    episode_success,
+    tool_calling_tokenizer,
+)
 
 SYSDIAG = "creditgym/SysDiag-v0"
 # Seed 4 is a disk out of inodes; these are the scripted expert's commands for it
@@ -78,10 +85,8 @@ def test_grpo_trainer_steps_the_env_and_is_rewarded_by_it(monkeypatch) -> None:
     monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")
     torch.manual_seed(0)
     loaded = build_tiny()
-    tokenizer = loaded.tokenizer
-    # TRL parses tool calls only for chat templates it knows; the tiny tokenizer already
-    # has ChatML's special tokens, which Qwen2.5's template uses.
-    tokenizer.chat_template = qwen2_5_chat_template
+    tokenizer = tool_calling_tokenizer(loaded.tokenizer)
+    assert tokenizer.chat_template == qwen2_5_chat_template  # tiny's ChatML renders no tool call
     calls = "\n".join(
         f'<tool_call>\n{{"name": "act", "arguments": {{"command": "{command}"}}}}\n</tool_call>'
         for command in EXPERT_COMMANDS
@@ -142,3 +147,13 @@ def test_grpo_trainer_steps_the_env_and_is_rewarded_by_it(monkeypatch) -> None:
     assert [s.key_step for s in solved.steps] == EXPERT_KEY_STEPS
     rule_based = RuleBased()([solved]).step_advantages[0]
     assert rule_based.tolist() == pytest.approx([1.99, -0.51, 3.0])
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["--env", "sysdag"], ["--num-generations", "1"], ["--tasks", "0"], ["--model", "nope/none/x"]],
+)
+def test_trl_entry_point_refuses_bad_input_with_status_2(argv, capsys) -> None:
+    assert trl_grpo.main(argv) == USAGE_EXIT_CODE
+    error = capsys.readouterr().err.strip()
+    assert error.startswith("error: ") and "\n" not in error
