@@ -6,7 +6,8 @@ actions when the env has them, and the instruction to think inside <think></thin
 answer inside <action></action>. The prompt is a pure function of the trajectory
 prefix, so credit modules can rebuild any step's prompt, with an optional hindsight
 block (HCAPO's outcome, HP-RLVR's realized future and verifier feedback) placed before
-the instruction -- i.e. before the action tokens that get scored.
+the instruction by default -- i.e. before the action tokens that get scored -- or at one
+of the other `HINDSIGHT_POSITIONS` (credit/hindsight.py).
 """
 
 from __future__ import annotations
@@ -45,6 +46,10 @@ INSTRUCTION = (
 )
 # Long admissible lists (ALFWorld kitchens list ~40) stay; beyond this they are cut.
 MAX_LISTED_COMMANDS = 60
+# Where a hindsight block may sit: after the task line (before history and observation),
+# just before the instruction (default: the step's prompt up to there is a prefix the
+# hindsight view shares with the step), or after the instruction.
+HINDSIGHT_POSITIONS = ("after_task", "before_instruction", "after_instruction")
 
 
 def build_messages(
@@ -54,6 +59,7 @@ def build_messages(
     observation: str,
     admissible_commands: Sequence[str] = (),
     hindsight: str | None = None,
+    hindsight_position: str = "before_instruction",
 ) -> list[dict[str, str]]:
     """Chat messages for one step.
 
@@ -64,8 +70,17 @@ def build_messages(
         observation: the current observation.
         admissible_commands: actions the env offers now (may be empty).
         hindsight: optional privileged block (outcome / future) for hindsight scoring.
+        hindsight_position: where the block goes, one of `HINDSIGHT_POSITIONS`.
     """
+    if hindsight_position not in HINDSIGHT_POSITIONS:
+        raise ValueError(
+            f"hindsight_position must be one of {', '.join(HINDSIGHT_POSITIONS)}, "
+            f"got {hindsight_position!r}"
+        )
+    block = f"Hindsight (privileged information about this episode):\n{hindsight}"
     parts = [INTROS.get(env_id, DEFAULT_INTRO), f"Your task is: {task}"]
+    if hindsight and hindsight_position == "after_task":
+        parts.append(block)
     if history:
         lines = [f"Your last {len(history)} observations and actions:"]
         for offset, (past_observation, past_action) in enumerate(history, start=1):
@@ -76,14 +91,20 @@ def build_messages(
     if admissible_commands:
         listed = list(admissible_commands[:MAX_LISTED_COMMANDS])
         parts.append("Admissible actions: [" + ", ".join(repr(c) for c in listed) + "]")
-    if hindsight:
-        parts.append(f"Hindsight (privileged information about this episode):\n{hindsight}")
+    if hindsight and hindsight_position == "before_instruction":
+        parts.append(block)
     parts.append(INSTRUCTION)
+    if hindsight and hindsight_position == "after_instruction":
+        parts.append(block)
     return [{"role": "user", "content": "\n\n".join(parts)}]
 
 
 def messages_for_step(
-    trajectory: Trajectory, step_index: int, history_len: int = 2, hindsight: str | None = None
+    trajectory: Trajectory,
+    step_index: int,
+    history_len: int = 2,
+    hindsight: str | None = None,
+    hindsight_position: str = "before_instruction",
 ) -> list[dict[str, str]]:
     """Rebuild the messages of step `step_index` from the trajectory itself."""
     steps = trajectory.steps
@@ -97,4 +118,5 @@ def messages_for_step(
         step.observation,
         step.admissible_commands,
         hindsight,
+        hindsight_position,
     )

@@ -23,11 +23,12 @@ the call, `state_dict` / `load_state_dict` (saved in every checkpoint: HP-RLVR's
 baseline), `generation_cache` (handed to the rollout agent, so hindsight scoring reuses
 what generation computed; None for modules that score nothing), and, on the class,
 `from_context` (how it is built from a `CreditContext`), `needs_policy`,
-`default_group_size` (rollouts per task when the user sets none) and `conventions` (the
-peers' ways of computing it that it can follow, docs/conventions.md). `CreditModuleBase`
-provides all of them for a stateless, model-free module: a subclass writes `compute`
-(and, if it keeps state across batches, the two state methods). `build` is the one
-place modules are made.
+`default_group_size` (rollouts per task when the user sets none), `conventions` (the
+peers' ways of computing it that it can follow, docs/conventions.md) and `options` (the
+constructor options a user may name, `--credit-option key=value`: `credit.options`).
+`CreditModuleBase` provides all of them for a stateless, model-free module: a subclass
+writes `compute` (and, if it keeps state across batches, the two state methods). `build`
+is the one place modules are made.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ import numpy as np
 
 from agents.generation_cache import DEFAULT_GENERATION_CACHE_BYTES
 from agents.trajectory import Trajectory
+from credit.options import OptionParser, parse_options
 from credit.scoring import DEFAULT_MEMORY_BUDGET_BYTES
 
 if TYPE_CHECKING:
@@ -89,6 +91,9 @@ class CreditContext:
         memory_budget_bytes: chunk budget of the scoring engine (`credit.scoring`).
         convention: whose way of computing the module's statistics to follow (one of
             the module's `conventions`: `credit.grpo.CONVENTIONS`).
+        options: (key, value) text pairs the user named (`--credit-option key=value`),
+            parsed by the module's `options` (`credit.options.parse_options`); empty:
+            every option at its default.
     """
 
     policy: LoadedModel | None = None
@@ -96,6 +101,7 @@ class CreditContext:
     generation_cache_bytes: int = DEFAULT_GENERATION_CACHE_BYTES
     memory_budget_bytes: int = DEFAULT_MEMORY_BUDGET_BYTES
     convention: str = DEFAULT_CONVENTION
+    options: tuple[tuple[str, str], ...] = ()
 
 
 @runtime_checkable
@@ -108,6 +114,9 @@ class CreditModule(Protocol):
         needs_policy: whether `from_context` needs `CreditContext.policy`.
         conventions: the values of `CreditContext.convention` it accepts; the first is
             its default.
+        options: option name -> parser of its value's text (`credit.options`): what
+            `CreditContext.options` may name; `from_context` passes them to the
+            constructor.
         generation_cache: the cache a trainer hands to its rollout agent, or None.
     """
 
@@ -115,6 +124,7 @@ class CreditModule(Protocol):
     default_group_size: ClassVar[int]
     needs_policy: ClassVar[bool]
     conventions: ClassVar[tuple[str, ...]]
+    options: ClassVar[Mapping[str, OptionParser]]
     generation_cache: GenerationCache | None
 
     @classmethod
@@ -134,6 +144,7 @@ CLASS_MEMBERS = (
     "default_group_size",
     "needs_policy",
     "conventions",
+    "options",
     "from_context",
     "__call__",
     "state_dict",
@@ -204,6 +215,7 @@ class CreditModuleBase(ABC):
     default_group_size: ClassVar[int] = DEFAULT_GROUP_SIZE
     needs_policy: ClassVar[bool] = False
     conventions: ClassVar[tuple[str, ...]] = (DEFAULT_CONVENTION,)
+    options: ClassVar[Mapping[str, OptionParser]] = {}
     # Modules that score nothing have no cache for the rollout agent to fill.
     generation_cache: GenerationCache | None = None
 
@@ -232,8 +244,9 @@ def build(cls: type[CreditModule], context: CreditContext) -> CreditModule:
     """The one place credit modules are made: `cls.from_context(context)`, checked.
 
     Raises:
-        ValueError: the module scores with a policy and `context.policy` is None, or it
-            does not offer `context.convention`.
+        ValueError: the module scores with a policy and `context.policy` is None, it
+            does not offer `context.convention`, or an option of `context.options` is
+            not one of its `options` or has a value their parser refuses.
         TypeError: what `from_context` returned does not implement `CreditModule`.
     """
     if cls.needs_policy and context.policy is None:
@@ -243,6 +256,7 @@ def build(cls: type[CreditModule], context: CreditContext) -> CreditModule:
             f"credit module {cls.name} has no convention {context.convention!r}; "
             f"valid: {', '.join(cls.conventions)}"
         )
+    parse_options(cls, context.options)  # refused here, before any model work
     module = cls.from_context(context)
     missing = missing_members(module)
     if missing:

@@ -19,9 +19,20 @@ arXiv 2603.08754. For trajectory i of a task group, step t (1-based):
 Trajectories whose values are all 0 (failures with R = 0) need no hindsight pass: their Q
 is 0 whatever rho is, so they are not scored.
 
-Open choices: |a_t| covers the whole generated response (thinking and action), the
-tokens that receive the gradient. The hindsight block shows the episode's own outcome
-(success or failure, the env's feedback and the final action).
+Open choices, each a constructor option (named on the command line with
+`--credit-option key=value`, `HCAPO.options`); the defaults are the behaviour so far:
+- `hindsight`: what the block shows (`credit.hindsight.CONTENTS`; default `final_action`:
+  success or failure, the env's feedback and the final action), `wording` (its verdict
+  words, default `hcapo`) and `hindsight_position`: where it sits (default
+  `before_instruction`);
+- `length_normalisation`: |a_t| covers the whole generated `response` (thinking, tags and
+  command: the tokens that receive the gradient; default) or only the `action` tokens
+  that spell the command (`credit.views.action_span_mask`);
+- `causal_contrast`: score log pi_hind - log pi_causal per token instead of log pi_hind
+  (False, the paper: its ratio compares steps by how likely their actions are with the
+  outcome shown, which also ranks actions that are likely anyway above rare ones);
+- `temperature`, `clip`, `gamma` (gamma = 1 turns the gamma^(T-t) factor off),
+  `do_no_harm`, `omega`, `macro_weight`, `micro_normalisation` as in the paper.
 
 Seed variant (docs/methods.md; `variant="seed"`, registered as `hcapo_seed`): importance
 ratio rho_t = exp(clamp(log p_hind(a_t) - log p(a_t), -5, 5)) of sequence log-probs under
@@ -33,29 +44,44 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 
 from agents.generation_cache import DEFAULT_GENERATION_CACHE_BYTES, GenerationCache
 from agents.models import LoadedModel
+from agents.prompts import HINDSIGHT_POSITIONS
 from agents.trajectory import Trajectory
-from credit.base import CreditContext, CreditModuleBase, CreditOutput, broadcast_to_tokens
+from credit.base import (
+    CreditContext,
+    CreditModuleBase,
+    CreditOutput,
+    broadcast_to_tokens,
+)
 from credit.gigpo import discounted_returns
 from credit.grpo import ZERO_STD_TOL, group_members, group_normalised
-from credit.scoring import DEFAULT_MEMORY_BUDGET_BYTES, score_logprobs
-from credit.views import causal_view, hindsight_view
+from credit.hindsight import CONTENTS, HCAPO_WORDING, WORDINGS, HindsightContent, hindsight_block
+from credit.options import (
+    OptionParser,
+    choice,
+    parse_bool,
+    parse_float,
+    parse_int,
+    parse_options,
+    parse_pair,
+)
+from credit.scoring import DEFAULT_MEMORY_BUDGET_BYTES, ScoreMemo, score_logprobs
+from credit.views import TeacherForced, action_span_mask, causal_view, hindsight_view
 
 Variant = Literal["paper", "seed"]
 MicroNormalisation = Literal["group", "time_step"]
+LengthNormalisation = Literal["response", "action"]
 SEED_LOG_RATIO_CLAMP = 5.0
 
 
 def outcome_hindsight(trajectory: Trajectory) -> str:
-    """The outcome block injected into every step's prompt (HCAPO's s_final)."""
-    verdict = "task completed" if trajectory.success else "task failed"
-    final_action = trajectory.steps[-1].action if trajectory.steps else ""
-    return f"Outcome: {verdict}. Feedback: {trajectory.feedback}\nFinal action: {final_action}"
+    """The default outcome block injected into every step's prompt (HCAPO's s_final)."""
+    return hindsight_block("final_action", trajectory, 0, HCAPO_WORDING)
 
 
 def terminal_values(trajectory: Trajectory, gamma: float) -> np.ndarray:
@@ -207,18 +233,50 @@ class HCAPO(CreditModuleBase):
         macro_weight: weight of A^GRPO (1.0; seed variant 0.6).
         omega: weight of the micro term (1.0, the paper's best ablation; seed 0.4).
         do_no_harm: zero negative micro terms in successful trajectories (True).
+        hindsight: content of the hindsight block (`credit.hindsight.CONTENTS`;
+            `final_action`).
+        hindsight_position: where the block sits (`agents.prompts.HINDSIGHT_POSITIONS`;
+            `before_instruction`).
+        wording: verdict words of the block (`credit.hindsight.WORDINGS`; `hcapo`).
+        future_steps: steps of realised future in a `future` block (8).
+        max_observation_chars: characters kept of each observation in the block (400).
+        length_normalisation: tokens |a_t| averages over: `response` (every generated
+            token) or `action` (the command's tokens, `credit.views.action_span_mask`).
+        causal_contrast: score log pi_hind - log pi_causal per token (paper variant only;
+            False).
         history_len: steps of history in rebuilt prompts (2, as the rollout prompts).
         memory_budget_bytes: scoring chunk budget (`credit.scoring`).
         generation_cache_bytes: budget of `generation_cache` (`agents.generation_cache`),
             which a trainer hands to its rollout agent: prompts' keys and values and
             responses' hidden states kept from generation, so scoring runs only what
             generation did not; 0 disables it (scoring recomputes everything).
+        score_memo: scores kept across calls (`credit.scoring.ScoreMemo`), shared by
+            modules that score the same views with the same weights (an ablation over
+            options that only post-process the scores); None keeps nothing.
 
     Metrics: `frac_reward_zero_std`, `mean_rho`, `frac_rho_clipped`, `num_hindsight_steps`.
     """
 
     name = "hcapo"
     needs_policy = True
+    # The options a user can set by name (`--credit-option key=value`), with their parsers.
+    options: ClassVar[dict[str, OptionParser]] = {
+        "variant": choice("paper", "seed"),
+        "temperature": parse_float,
+        "clip": parse_pair,
+        "gamma": parse_float,
+        "smoothing_alpha": parse_float,
+        "micro_normalisation": choice("group", "time_step"),
+        "macro_weight": parse_float,
+        "omega": parse_float,
+        "do_no_harm": parse_bool,
+        "hindsight": choice(*CONTENTS),
+        "hindsight_position": choice(*HINDSIGHT_POSITIONS),
+        "wording": choice(*WORDINGS),
+        "future_steps": parse_int,
+        "length_normalisation": choice("response", "action"),
+        "causal_contrast": parse_bool,
+    }
 
     def __init__(
         self,
@@ -232,9 +290,17 @@ class HCAPO(CreditModuleBase):
         macro_weight: float = 1.0,
         omega: float = 1.0,
         do_no_harm: bool = True,
+        hindsight: HindsightContent = "final_action",
+        hindsight_position: str = "before_instruction",
+        wording: str = "hcapo",
+        future_steps: int = 8,
+        max_observation_chars: int = 400,
+        length_normalisation: LengthNormalisation = "response",
+        causal_contrast: bool = False,
         history_len: int = 2,
         memory_budget_bytes: int = DEFAULT_MEMORY_BUDGET_BYTES,
         generation_cache_bytes: int = DEFAULT_GENERATION_CACHE_BYTES,
+        score_memo: ScoreMemo | None = None,
     ) -> None:
         if variant not in VARIANTS:
             raise ValueError(f"variant must be one of {sorted(VARIANTS)}, got {variant!r}")
@@ -248,6 +314,23 @@ class HCAPO(CreditModuleBase):
             )
         if smoothing_alpha is not None and not 0.0 <= smoothing_alpha <= 1.0:
             raise ValueError(f"smoothing_alpha must be in [0, 1], got {smoothing_alpha}")
+        if not 0.0 <= gamma <= 1.0:
+            raise ValueError(f"gamma must be in [0, 1], got {gamma}")
+        if hindsight not in CONTENTS or hindsight_position not in HINDSIGHT_POSITIONS:
+            raise ValueError(
+                f"hindsight must be one of {', '.join(CONTENTS)} and hindsight_position one "
+                f"of {', '.join(HINDSIGHT_POSITIONS)}, got {hindsight!r}, {hindsight_position!r}"
+            )
+        if wording not in WORDINGS:
+            raise ValueError(f"wording must be one of {', '.join(WORDINGS)}, got {wording!r}")
+        if length_normalisation not in ("response", "action"):
+            raise ValueError(
+                f"length_normalisation must be 'response' or 'action', got {length_normalisation!r}"
+            )
+        if causal_contrast and variant != "paper":
+            raise ValueError(
+                "causal_contrast applies to the paper variant (the seed's ratio is one already)"
+            )
         self.model = model
         self.variant = variant
         self.temperature = temperature
@@ -258,48 +341,93 @@ class HCAPO(CreditModuleBase):
         self.macro_weight = macro_weight
         self.omega = omega
         self.do_no_harm = do_no_harm
+        self.hindsight = hindsight
+        self.hindsight_position = hindsight_position
+        self.wording = wording
+        self.future_steps = future_steps
+        self.max_observation_chars = max_observation_chars
+        self.length_normalisation = length_normalisation
+        self.causal_contrast = causal_contrast
         self.history_len = history_len
         self.memory_budget_bytes = memory_budget_bytes
         self.generation_cache = (
             GenerationCache(model.model, generation_cache_bytes) if generation_cache_bytes else None
         )
+        self.score_memo = score_memo
 
     @classmethod
     def from_context(cls, context: CreditContext) -> HCAPO:
-        """Scores with `context.policy`, prompts rebuilt with its history length."""
+        """Scores with `context.policy`, prompts rebuilt with its history length, and the
+        options the user named (`context.options`, parsed by `HCAPO.options`)."""
         return cls(
             context.policy,
             history_len=context.history_len,
             memory_budget_bytes=context.memory_budget_bytes,
             generation_cache_bytes=context.generation_cache_bytes,
+            **parse_options(cls, context.options),
+        )
+
+    def hindsight_text(self, trajectory: Trajectory, t: int) -> str:
+        """The hindsight block of step t, as the options choose it."""
+        return hindsight_block(
+            self.hindsight,
+            trajectory,
+            t,
+            WORDINGS[self.wording],
+            self.future_steps,
+            self.max_observation_chars,
+        )
+
+    def hindsight_view_of(self, trajectory: Trajectory, t: int) -> TeacherForced:
+        """The view HCAPO scores for step t: its prompt with the hindsight block."""
+        return hindsight_view(
+            self.model.tokenizer,
+            trajectory,
+            t,
+            self.hindsight_text(trajectory, t),
+            self.history_len,
+            self.hindsight_position,
         )
 
     def hindsight_q(self, trajectories: Sequence[Trajectory]) -> tuple[list[np.ndarray], dict]:
         """Q^H per step ([T_i] float64 each), scoring only trajectories with a non-zero value."""
         variant = VARIANTS[self.variant]
+        needs_causal = variant.needs_causal or self.causal_contrast
         values = [variant.values(traj, self.gamma) for traj in trajectories]
         tokenizer = self.model.tokenizer
-        hindsight_views, causal_views = [], []
+        hindsight_views, causal_views, kept = [], [], []
         for i, traj in enumerate(trajectories):
             if not np.any(values[i]):
                 continue
-            block = outcome_hindsight(traj)
             for t in range(traj.length):
-                hindsight_views.append(hindsight_view(tokenizer, traj, t, block, self.history_len))
-                if variant.needs_causal:
+                hindsight_views.append(self.hindsight_view_of(traj, t))
+                if needs_causal:
                     causal_views.append(causal_view(tokenizer, traj, t, self.history_len))
+                kept.append(
+                    action_span_mask(tokenizer, traj, t)
+                    if self.length_normalisation == "action"
+                    else np.ones(len(hindsight_views[-1].action_ids), dtype=bool)
+                )
         try:
             scores = score_logprobs(
                 self.model,
                 [*hindsight_views, *causal_views],
                 self.memory_budget_bytes,
                 self.generation_cache,
+                self.score_memo,
             )
         finally:  # this batch's prompts are used up; free them before the update
             if self.generation_cache is not None:
                 self.generation_cache.clear()
-        hindsight_scores = scores[: len(hindsight_views)]
-        causal_scores = scores[len(hindsight_views) :] or [np.zeros(0)] * len(hindsight_views)
+        count = len(hindsight_views)
+        hindsight_scores = [s[m] for s, m in zip(scores[:count], kept, strict=True)]
+        causal_scores = (
+            [s[m] for s, m in zip(scores[count:], kept, strict=True)]
+            if needs_causal
+            else [np.zeros(0)] * count
+        )
+        if self.causal_contrast:
+            hindsight_scores = [h - c for h, c in zip(hindsight_scores, causal_scores, strict=True)]
         rhos = [np.ones(traj.length) for traj in trajectories]
         scored_rhos = [np.ones(0)]
         cursor = 0

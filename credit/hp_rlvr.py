@@ -24,10 +24,18 @@ Open choices (the paper body is not available), each the default here:
 - weights normalised by the trajectory's mean divergence (`normalise_weights=True`), so
   the average |A| of a trajectory is |R - b| whatever the overall divergence level;
   `False` uses d_j itself (|A_j| <= |R - b|).
-- hindsight block: outcome and verifier feedback, then the next `max_future_steps` steps
-  (observation each action produced, next action), each observation cut to
-  `max_observation_chars`, so prompt length stays bounded on long episodes.
-- per-step credit (for step-level consumers) = mean of the step's token credits.
+- hindsight block (`hindsight`, `credit.hindsight`): `future` -- outcome and verifier
+  feedback, then the next `max_future_steps` steps (observation each action produced,
+  next action), each observation cut to `max_observation_chars`, so prompt length stays
+  bounded on long episodes; placed before the instruction (`hindsight_position`), in
+  HP-RLVR's words (`wording`);
+- eligible tokens (`eligible_tokens`): every generated token of the response (`response`,
+  thinking and tags included) or only those spelling the command (`action`,
+  `credit.views.action_span_mask`); ineligible tokens get credit 0 and do not enter the
+  trajectory's mean divergence;
+- per-step credit (for step-level consumers) = mean of the step's eligible token credits.
+Each choice is a constructor option, named on the command line with
+`--credit-option key=value` (`HPRLVR.options`).
 R is the trajectory's total return (see `credit.grpo`).
 """
 
@@ -35,16 +43,19 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from agents.generation_cache import DEFAULT_GENERATION_CACHE_BYTES, GenerationCache
 from agents.models import LoadedModel
+from agents.prompts import HINDSIGHT_POSITIONS
 from agents.trajectory import Trajectory
 from credit.base import CreditContext, CreditModuleBase, CreditOutput
-from credit.scoring import DEFAULT_MEMORY_BUDGET_BYTES, score_divergence
-from credit.views import causal_view, hindsight_view
+from credit.hindsight import CONTENTS, HP_RLVR_WORDING, WORDINGS, HindsightContent, hindsight_block
+from credit.options import OptionParser, choice, parse_bool, parse_float, parse_int, parse_options
+from credit.scoring import DEFAULT_MEMORY_BUDGET_BYTES, ScoreMemo, score_divergence
+from credit.views import TeacherForced, action_span_mask, causal_view, hindsight_view
 
 # Below this mean divergence the two views are treated as identical (float32 noise).
 MIN_MEAN_DIVERGENCE = 1e-12
@@ -53,16 +64,10 @@ MIN_MEAN_DIVERGENCE = 1e-12
 def future_hindsight(
     trajectory: Trajectory, t: int, max_future_steps: int = 8, max_observation_chars: int = 400
 ) -> str:
-    """Verifier feedback and the realized future after step t, as a hindsight text block."""
-    verdict = "success" if trajectory.success else "failure"
-    lines = [f"Outcome: {verdict}. Verifier feedback: {trajectory.feedback}"]
-    future = trajectory.steps[t + 1 : t + 1 + max_future_steps]
-    if future:
-        lines.append("What happened after this action:")
-    for offset, step in enumerate(future, start=1):
-        lines.append(f"[Result {offset}]: {step.observation[:max_observation_chars]}")
-        lines.append(f"[Next action {offset}]: {step.action}")
-    return "\n".join(lines)
+    """Verifier feedback and the realized future after step t: the default hindsight block."""
+    return hindsight_block(
+        "future", trajectory, t, HP_RLVR_WORDING, max_future_steps, max_observation_chars
+    )
 
 
 def divergence_weights(
@@ -156,12 +161,19 @@ class HPRLVR(CreditModuleBase):
         max_weight: cap of the normalised weight (5.0).
         max_future_steps: future steps shown in the hindsight block (8).
         max_observation_chars: characters kept of each future observation (400).
+        hindsight: content of the hindsight block (`credit.hindsight.CONTENTS`; `future`).
+        hindsight_position: where it sits (`agents.prompts.HINDSIGHT_POSITIONS`;
+            `before_instruction`).
+        wording: verdict words of the block (`credit.hindsight.WORDINGS`; `hp_rlvr`).
+        eligible_tokens: `response` (every generated token) or `action` (the command's).
         history_len: steps of history in rebuilt prompts (2).
         memory_budget_bytes: scoring chunk budget (`credit.scoring`).
         generation_cache_bytes: budget of `generation_cache` (`agents.generation_cache`),
             which a trainer hands to its rollout agent: prompts' keys and values and
             responses' hidden states kept from generation, so scoring runs only what
             generation did not; 0 disables it (scoring recomputes everything).
+        score_memo: scores kept across calls (`credit.scoring.ScoreMemo`); None keeps
+            nothing.
 
     Metrics: `mean_jsd`, `mean_baseline`, `mean_abs_advantage`, `frac_zero_weight_trajs`.
     """
@@ -169,6 +181,18 @@ class HPRLVR(CreditModuleBase):
     name = "hp_rlvr"
     default_group_size = 1  # single rollout per task: the paper's setting
     needs_policy = True
+    # The options a user can set by name (`--credit-option key=value`), with their parsers.
+    options: ClassVar[dict[str, OptionParser]] = {
+        "baseline_momentum": parse_float,
+        "initial_baseline": parse_float,
+        "normalise_weights": parse_bool,
+        "max_weight": parse_float,
+        "max_future_steps": parse_int,
+        "hindsight": choice(*CONTENTS),
+        "hindsight_position": choice(*HINDSIGHT_POSITIONS),
+        "wording": choice(*WORDINGS),
+        "eligible_tokens": choice("response", "action"),
+    }
 
     def __init__(
         self,
@@ -179,36 +203,70 @@ class HPRLVR(CreditModuleBase):
         max_weight: float = 5.0,
         max_future_steps: int = 8,
         max_observation_chars: int = 400,
+        hindsight: HindsightContent = "future",
+        hindsight_position: str = "before_instruction",
+        wording: str = "hp_rlvr",
+        eligible_tokens: str = "response",
         history_len: int = 2,
         memory_budget_bytes: int = DEFAULT_MEMORY_BUDGET_BYTES,
         generation_cache_bytes: int = DEFAULT_GENERATION_CACHE_BYTES,
+        score_memo: ScoreMemo | None = None,
     ) -> None:
         if not 0.0 <= baseline_momentum < 1.0:
             raise ValueError(f"baseline_momentum must be in [0, 1), got {baseline_momentum}")
         if max_weight <= 0:
             raise ValueError(f"max_weight must be positive, got {max_weight}")
+        if (
+            hindsight not in CONTENTS
+            or hindsight_position not in HINDSIGHT_POSITIONS
+            or wording not in WORDINGS
+            or eligible_tokens not in ("response", "action")
+        ):
+            raise ValueError(
+                f"hindsight, hindsight_position, wording, eligible_tokens must be one of "
+                f"{CONTENTS}, {HINDSIGHT_POSITIONS}, {tuple(WORDINGS)}, ('response', 'action'); "
+                f"got {hindsight!r}, {hindsight_position!r}, {wording!r}, {eligible_tokens!r}"
+            )
         self.model = model
         self.baseline_momentum = baseline_momentum
         self.normalise_weights = normalise_weights
         self.max_weight = max_weight
         self.max_future_steps = max_future_steps
         self.max_observation_chars = max_observation_chars
+        self.hindsight = hindsight
+        self.hindsight_position = hindsight_position
+        self.wording = wording
+        self.eligible_tokens = eligible_tokens
         self.history_len = history_len
         self.memory_budget_bytes = memory_budget_bytes
         self.generation_cache = (
             GenerationCache(model.model, generation_cache_bytes) if generation_cache_bytes else None
         )
+        self.score_memo = score_memo
         self.global_baseline = float(initial_baseline)
         self.task_baselines: dict[str, float] = {}
 
     @classmethod
     def from_context(cls, context: CreditContext) -> HPRLVR:
-        """Scores with `context.policy`, prompts rebuilt with its history length."""
+        """Scores with `context.policy`, prompts rebuilt with its history length, and the
+        options the user named (`context.options`, parsed by `HPRLVR.options`)."""
         return cls(
             context.policy,
             history_len=context.history_len,
             memory_budget_bytes=context.memory_budget_bytes,
             generation_cache_bytes=context.generation_cache_bytes,
+            **parse_options(cls, context.options),
+        )
+
+    def hindsight_text(self, trajectory: Trajectory, t: int) -> str:
+        """The hindsight block of step t, as the options choose it."""
+        return hindsight_block(
+            self.hindsight,
+            trajectory,
+            t,
+            WORDINGS[self.wording],
+            self.max_future_steps,
+            self.max_observation_chars,
         )
 
     @staticmethod
@@ -219,25 +277,49 @@ class HPRLVR(CreditModuleBase):
         """b for this trajectory: its task's EMA if the task was seen, else the global EMA."""
         return self.task_baselines.get(self.task_key(trajectory), self.global_baseline)
 
+    def hindsight_view_of(self, trajectory: Trajectory, t: int) -> TeacherForced:
+        """The hindsight view HP-RLVR pairs with step t's causal view."""
+        return hindsight_view(
+            self.model.tokenizer,
+            trajectory,
+            t,
+            self.hindsight_text(trajectory, t),
+            self.history_len,
+            self.hindsight_position,
+        )
+
     def divergences(self, trajectories: Sequence[Trajectory]) -> list[list[np.ndarray]]:
-        """d_j per trajectory, per step ([A_t] each): one causal and one hindsight pass per step."""
+        """d_j per trajectory, per step ([A_t] each): one causal and one hindsight pass per step.
+
+        With `eligible_tokens="action"`, each step's array holds the command's tokens only.
+        """
         tokenizer = self.model.tokenizer
         causal, hindsight = [], []
         for traj in trajectories:
             for t in range(traj.length):
-                block = future_hindsight(traj, t, self.max_future_steps, self.max_observation_chars)
                 causal.append(causal_view(tokenizer, traj, t, self.history_len))
-                hindsight.append(hindsight_view(tokenizer, traj, t, block, self.history_len))
+                hindsight.append(self.hindsight_view_of(traj, t))
         try:
             scores = iter(
                 score_divergence(
-                    self.model, causal, hindsight, self.memory_budget_bytes, self.generation_cache
+                    self.model,
+                    causal,
+                    hindsight,
+                    self.memory_budget_bytes,
+                    self.generation_cache,
+                    self.score_memo,
                 )
             )
         finally:  # this batch's prompts are used up; free them before the update
             if self.generation_cache is not None:
                 self.generation_cache.clear()
         return [[next(scores).jsd for _ in traj.steps] for traj in trajectories]
+
+    def eligible(self, trajectory: Trajectory, t: int, num_tokens: int) -> np.ndarray:
+        """[A_t] bool: which of step t's `num_tokens` scored tokens receive credit."""
+        if self.eligible_tokens == "action":
+            return action_span_mask(self.model.tokenizer, trajectory, t)
+        return np.ones(num_tokens, dtype=bool)
 
     def compute(self, trajectories: Sequence[Trajectory]) -> CreditOutput:
         divergences = self.divergences(trajectories)
@@ -246,21 +328,25 @@ class HPRLVR(CreditModuleBase):
         for traj, traj_divergences in zip(trajectories, divergences, strict=True):
             baseline = self.baseline(traj)
             baselines.append(baseline)
+            masks = [self.eligible(traj, t, d.size) for t, d in enumerate(traj_divergences)]
+            eligible = [d[m] for d, m in zip(traj_divergences, masks, strict=True)]
             credit = token_credit(
-                traj_divergences,
-                traj.total_return,
-                baseline,
-                self.normalise_weights,
-                self.max_weight,
+                eligible, traj.total_return, baseline, self.normalise_weights, self.max_weight
             )
-            weights = divergence_weights(traj_divergences, self.normalise_weights, self.max_weight)
+            weights = divergence_weights(eligible, self.normalise_weights, self.max_weight)
             zero_weight += int(traj.length > 0 and not any(np.any(w) for w in weights))
             step_advantages.append(step_credit(credit))
-            # Scripted steps carry no generated tokens: their credit lives at step level.
+            # Ineligible tokens get 0; scripted steps carry no generated tokens, so their
+            # credit lives at step level only.
+            full = []
+            for c, m in zip(credit, masks, strict=True):
+                values = np.zeros(m.size, dtype=np.float32)
+                values[m] = c
+                full.append(values)
             token_advantages.append(
                 [
                     c if step.action_token_ids else np.zeros(0, dtype=np.float32)
-                    for c, step in zip(credit, traj.steps, strict=True)
+                    for c, step in zip(full, traj.steps, strict=True)
                 ]
             )
             abs_advantages.extend(np.abs(c) for c in credit)

@@ -20,6 +20,10 @@ verifier feedback). The engine does this for many steps at once:
   it works on a model that is being trained, and on peft (LoRA) wrappers, which forward
   `logits_to_keep` to the wrapped causal LM.
 
+A `ScoreMemo` keeps every view's scores across calls for one set of weights, so modules
+that score the same views (variants of one method that only post-process the scores,
+or HCAPO's causal view and HP-RLVR's) pay for each forward once.
+
 Views (`credit.views.TeacherForced`: context ids, then the action ids to score) are
 built by `credit.views`; this module only runs the model on them. A view longer than the
 model's positions loses its oldest context tokens (`fit_to_model`).
@@ -35,7 +39,12 @@ import numpy as np
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
-from agents.generation_cache import CachedPrompt, GenerationCache, common_prefix_length
+from agents.generation_cache import (
+    CachedPrompt,
+    GenerationCache,
+    common_prefix_length,
+    parameter_fingerprint,
+)
 from agents.models import LoadedModel
 from credit.views import TeacherForced
 
@@ -59,6 +68,30 @@ class PairedScores:
     causal_logprobs: np.ndarray
     hindsight_logprobs: np.ndarray
     jsd: np.ndarray
+
+
+class ScoreMemo:
+    """Scores of views already computed with one set of weights, kept across calls.
+
+    Keyed by the views themselves (token ids), so a hit is exact. The memo records the
+    model's parameter fingerprint (`agents.generation_cache.parameter_fingerprint`) and
+    empties itself when the weights change, so it never serves stale scores. Nothing
+    bounds its size: it is for an evaluation over a fixed set of trajectories, not for
+    training.
+    """
+
+    def __init__(self) -> None:
+        self.logprobs: dict[TeacherForced, np.ndarray] = {}
+        self.pairs: dict[tuple[TeacherForced, TeacherForced], PairedScores] = {}
+        self.fingerprint: tuple | None = None
+
+    def check(self, loaded: LoadedModel) -> None:
+        """Empty the memo if `loaded`'s weights are not the ones its scores came from."""
+        fingerprint = parameter_fingerprint(loaded.model)
+        if fingerprint != self.fingerprint:
+            self.logprobs.clear()
+            self.pairs.clear()
+            self.fingerprint = fingerprint
 
 
 class _EvalMode:
@@ -240,8 +273,12 @@ def score_logprobs(
     views: Sequence[TeacherForced],
     memory_budget_bytes: int = DEFAULT_MEMORY_BUDGET_BYTES,
     generation_cache: GenerationCache | None = None,
+    memo: ScoreMemo | None = None,
 ) -> list[np.ndarray]:
     """Per-action-token log-probs of every view, batched and chunked.
+
+    With `memo`, views scored before (alone or in a pair) are not scored again, and the
+    new scores are kept.
 
     With `generation_cache` (`agents.generation_cache`): a view that is a step exactly as
     generated takes its distributions from the kept hidden states (output layer only); a
@@ -251,6 +288,12 @@ def score_logprobs(
     Returns:
         per view, float32 array [A_r] of log pi(y_j | context, y_<j).
     """
+    if memo is not None:
+        memo.check(loaded)
+        missing = list(dict.fromkeys(view for view in views if view not in memo.logprobs))
+        fresh = score_logprobs(loaded, missing, memory_budget_bytes, generation_cache)
+        memo.logprobs.update(zip(missing, fresh, strict=True))
+        return [memo.logprobs[view] for view in views]
     views = fit_to_model(loaded, views)
     results = [np.zeros(len(view.action_ids), dtype=np.float32) for view in views]
     hidden = [_generated(generation_cache, view) for view in views]
@@ -419,6 +462,61 @@ def _prefixed_log_softmax(
     return list(zip(*per_view, strict=True))
 
 
+def prefetch(
+    memo: ScoreMemo,
+    loaded: LoadedModel,
+    steps: Sequence[tuple[TeacherForced, Sequence[TeacherForced]]],
+    memory_budget_bytes: int = DEFAULT_MEMORY_BUDGET_BYTES,
+) -> None:
+    """Fill `memo` for many hindsight views of each step, their common prefix run once.
+
+    Each item is a step's causal view and its hindsight views (e.g. one per option of an
+    ablation), all with the step's action ids. The prompt prefix every view of the step
+    shares (`shared_prefix_length`) is computed once, then each view's own tokens after
+    it (`_prefixed_log_softmax`), so k variants cost one prompt plus k suffixes instead
+    of k prompts. Afterwards `score_logprobs` of any of these views and `score_divergence`
+    of any (causal, hindsight) pair are memo hits. Steps of equal view counts are chunked
+    together; a step whose views share no prefix is left to those functions.
+    """
+    memo.check(loaded)
+    rows: dict[int, list[tuple[TeacherForced, tuple[TeacherForced, ...], int]]] = {}
+    for causal, hindsight in steps:
+        hindsight = tuple(dict.fromkeys(h for h in hindsight if (causal, h) not in memo.pairs))
+        if not hindsight or not causal.action_ids:
+            continue
+        if any(h.action_ids != causal.action_ids for h in hindsight):
+            raise ValueError("a step's causal and hindsight views carry different action ids")
+        fitted = fit_to_model(loaded, [causal, *hindsight])
+        shared = min(shared_prefix_length(fitted[0], h) for h in fitted[1:])
+        if shared:
+            rows.setdefault(len(hindsight), []).append((causal, hindsight, shared))
+    with _EvalMode(loaded.model):
+        for group in rows.values():
+            fitted = [tuple(fit_to_model(loaded, [c, *hs])) for c, hs, _ in group]
+            costs = [
+                sum(_row_cost_bytes(loaded.model, v.length, len(v.action_ids)) for v in views)
+                + _cache_cost_bytes(loaded.model, views[0].length)
+                for views in fitted
+            ]
+            segments = [
+                (shared, *(v.length - shared for v in views))
+                for views, (_, _, shared) in zip(fitted, group, strict=True)
+            ]
+            order = sorted(range(len(group)), key=lambda index: segments[index])
+            for chunk in _chunks(costs, segments, order, memory_budget_bytes):
+                prefixed = [_Prefixed(fitted[i], group[i][2], 0, None) for i in chunk]
+                for i, distributions in zip(
+                    chunk, _prefixed_log_softmax(loaded, prefixed), strict=True
+                ):
+                    causal, hindsight, _ = group[i]
+                    log_p = distributions[0]
+                    memo.logprobs.setdefault(causal, _gather(log_p, causal.action_ids))
+                    for view, log_q in zip(hindsight, distributions[1:], strict=True):
+                        scores = _paired_scores(log_p, log_q, causal.action_ids)
+                        memo.pairs[(causal, view)] = scores
+                        memo.logprobs.setdefault(view, scores.hindsight_logprobs)
+
+
 def _paired_scores(log_p: torch.Tensor, log_q: torch.Tensor, action_ids) -> PairedScores:
     return PairedScores(
         causal_logprobs=_gather(log_p, action_ids),
@@ -433,8 +531,12 @@ def score_divergence(
     hindsight: Sequence[TeacherForced],
     memory_budget_bytes: int = DEFAULT_MEMORY_BUDGET_BYTES,
     generation_cache: GenerationCache | None = None,
+    memo: ScoreMemo | None = None,
 ) -> list[PairedScores]:
     """Score both views of every step and the per-token JSD of their next-token distributions.
+
+    With `memo`, pairs scored before are not scored again; the new pairs are kept, and
+    each of their views' log-probs too (for `score_logprobs`).
 
     Views are paired by index and must carry the same action ids. With
     `generation_cache`, a causal view kept from generation takes its distributions from
@@ -449,6 +551,22 @@ def score_divergence(
     for index, (causal_item, hindsight_item) in enumerate(zip(causal, hindsight, strict=True)):
         if causal_item.action_ids != hindsight_item.action_ids:
             raise ValueError(f"view pair {index}: causal and hindsight action ids differ")
+    if memo is not None:
+        memo.check(loaded)
+        pairs = list(zip(causal, hindsight, strict=True))
+        missing = list(dict.fromkeys(pair for pair in pairs if pair not in memo.pairs))
+        fresh = score_divergence(
+            loaded,
+            [c for c, _ in missing],
+            [h for _, h in missing],
+            memory_budget_bytes,
+            generation_cache,
+        )
+        for (c, h), scores in zip(missing, fresh, strict=True):
+            memo.pairs[(c, h)] = scores
+            memo.logprobs.setdefault(c, scores.causal_logprobs)
+            memo.logprobs.setdefault(h, scores.hindsight_logprobs)
+        return [memo.pairs[pair] for pair in pairs]
     causal, hindsight = fit_to_model(loaded, causal), fit_to_model(loaded, hindsight)
     empty = np.zeros(0, dtype=np.float32)
     results = [PairedScores(empty, empty, empty) for _ in causal]

@@ -12,6 +12,11 @@ tokens under two contexts. A view is one of them, as token ids:
   `agents.prompts.messages_for_step(..., hindsight=text)`, rendered by the tokenizer's chat
   template with the generation prompt, followed by the same action ids.
 
+`action_span_mask` marks which scored tokens spell the command itself (inside
+`<action>...</action>`), as against the thinking and the formatting tags around it: the
+"action tokens only" choice of HCAPO's length normalisation and of HP-RLVR's eligible
+tokens.
+
 Scripted steps (no tokens; e.g. the expert trajectories of `credit.evaluate`) tokenise
 `step.prompt_text` (or, when empty, the rebuilt prompt) and `step.action`. Building views
 needs only the tokenizer; no model runs here.
@@ -22,8 +27,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 from transformers import PreTrainedTokenizerBase
 
+from agents.parsing import ACTION_CLOSE, ACTION_OPEN
 from agents.prompts import messages_for_step
 from agents.trajectory import Trajectory
 
@@ -86,9 +93,35 @@ def hindsight_view(
     t: int,
     hindsight: str,
     history_len: int = 2,
+    position: str = "before_instruction",
 ) -> TeacherForced:
-    """Step t's prompt rebuilt with a hindsight block, followed by the same action ids."""
-    messages = messages_for_step(trajectory, t, history_len, hindsight=hindsight)
+    """Step t's prompt rebuilt with a hindsight block at `position`
+    (`agents.prompts.HINDSIGHT_POSITIONS`), followed by the same action ids."""
+    messages = messages_for_step(trajectory, t, history_len, hindsight, position)
     return TeacherForced(
         render_prompt_ids(tokenizer, messages), action_ids_of(tokenizer, trajectory, t)
     )
+
+
+def action_span_mask(
+    tokenizer: PreTrainedTokenizerBase, trajectory: Trajectory, t: int
+) -> np.ndarray:
+    """Which of step t's scored tokens (`action_ids_of`) spell the command, [A] bool.
+
+    The command is the text inside the response's last `<action>...</action>` (after the
+    last `<action>` when the closing tag never came). A token belongs to it when its
+    characters (from decoding the ids one more token at a time) overlap that text.
+    Responses without an `<action>` tag -- scripted steps, whose scored ids are the
+    command alone -- are all command.
+    """
+    ids = action_ids_of(tokenizer, trajectory, t)
+    text = tokenizer.decode(list(ids))
+    open_at = text.lower().rfind(ACTION_OPEN)
+    if open_at < 0:
+        return np.ones(len(ids), dtype=bool)
+    start = open_at + len(ACTION_OPEN)
+    close_at = text.lower().find(ACTION_CLOSE, start)
+    end = len(text) if close_at < 0 else close_at
+    ends = [len(tokenizer.decode(list(ids[: j + 1]))) for j in range(len(ids))]
+    starts = [0, *ends[:-1]]
+    return np.array([s < end and e > start for s, e in zip(starts, ends, strict=True)])

@@ -64,6 +64,7 @@ class ProtocolOnly:
     default_group_size = 4
     needs_policy = False
     conventions = ("creditgym",)
+    options: Mapping[str, Any] = {}
     generation_cache = None
 
     @classmethod
