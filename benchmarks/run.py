@@ -55,6 +55,7 @@ from credit.base import (
     CreditModule,
     NonFiniteError,
 )
+from credit.options import parse_options, split_option
 from envs.registry import DataFingerprint, EvalSplit
 from envs.sysdiag.faults import FAULT_FAMILIES
 from trainers.curve import CurveSettings
@@ -151,6 +152,11 @@ class RunConfig:
     """How grpo / gigpo compute their group statistics: creditgym's own way (default) or a
     peer's, to reproduce its numbers: trl, verl, verl-agent (gigpo: creditgym, verl-agent).
     docs/conventions.md has the table."""
+    credit_options: tuple[str, ...] = ()
+    """Constructor options of the credit module as key=value, e.g. `--credit-options
+    temperature=1 clip=0.5,2 gamma=1` (hcapo) or `eligible_tokens=action` (hp_rlvr); each
+    module lists its own (`options` in credit/hcapo.py, credit/hp_rlvr.py;
+    docs/hindsight_ablation.md). Named options enter the run's identity."""
     eval_every: int = 0
     """Learning curve: evaluate the policy every this many training iterations (and before
     the first, and after the last) on the first `--curve-episodes` evaluation tasks at
@@ -208,6 +214,7 @@ LATER_FIELDS = (
     "eval_every",
     "curve_episodes",
     "env_options",
+    "credit_options",
 )
 # The history length every run used before it depended on the env: runs that resolve to
 # it leave it out of their name's hash (their folders keep their names), others hash it.
@@ -410,6 +417,10 @@ def run_identity(cfg: RunConfig) -> dict[str, Any]:
     identity["env"] = env_id_for(cfg.env)
     identity["group_size"] = group_size(cfg)
     identity["max_episode_steps"] = step_limit(cfg)
+    # Named credit options in a canonical order: the same options in another order are
+    # the same run.
+    if cfg.credit_options:
+        identity["credit_options"] = sorted(cfg.credit_options)
     # Hash the resolved K, except the legacy 2 (how every earlier run prompted), so that
     # an unset K on a Markov env is a different run from K = 2 there, and old names hold.
     identity.pop("history_len", None)
@@ -463,6 +474,7 @@ TRAINING_ONLY_FIELDS = (
     "tasks_per_step",
     "learning_rate",
     "credit_convention",
+    "credit_options",
 )
 # Settings that measure a run without changing its policy: a run with a learning curve and
 # one without share a leaderboard row (their names differ: only one has curve.jsonl).
@@ -588,6 +600,7 @@ def validate(cfg: RunConfig) -> None:
         credit_class(cfg.credit).conventions if cfg.credit != NO_CREDIT else (DEFAULT_CONVENTION,)
     )
     lookup(f"--credit-convention of {cfg.credit}", cfg.credit_convention, {c: c for c in offered})
+    credit_option_pairs(cfg)
     lookup("trainer", cfg.trainer, {name: name for name in TRAINER_NAMES})
     if cfg.eval_episodes < 0 or cfg.steps < 0 or group_size(cfg) < 1:
         raise UsageError("--eval-episodes and --steps must be >= 0 and --group-size >= 1")
@@ -695,22 +708,38 @@ def credit_class(name: str) -> type[CreditModule]:
         raise UsageError(str(error.args[0])) from error
 
 
+def credit_option_pairs(cfg: RunConfig) -> tuple[tuple[str, str], ...]:
+    """--credit-options as (key, value) pairs, checked against the module's `options`."""
+    if not cfg.credit_options:
+        return ()
+    if cfg.credit == NO_CREDIT:
+        raise UsageError("--credit-options needs a --credit module")
+    try:
+        pairs = tuple(split_option(option) for option in cfg.credit_options)
+        parse_options(credit_class(cfg.credit), pairs)
+    except ValueError as error:
+        raise UsageError(f"--credit-options: {error}") from error
+    return pairs
+
+
 def build_credit(
     name: str,
     policy: LoadedModel | None,
     history_len: int = 2,
     generation_cache_gib: float = 0.0,
     convention: str = DEFAULT_CONVENTION,
+    options: tuple[tuple[str, str], ...] = (),
 ) -> CreditModule:
     """Build a credit module (`credit.build`) from one context: the policy it may score
     with, the prompt history length (rebuilt prompts must match the rollout's), the
-    generation-cache budget (0 where no trainer fills the cache) and the convention of
-    its group statistics (docs/conventions.md)."""
+    generation-cache budget (0 where no trainer fills the cache), the convention of
+    its group statistics (docs/conventions.md) and the options the user named."""
     context = CreditContext(
         policy=policy,
         history_len=history_len,
         generation_cache_bytes=int(generation_cache_gib * 2**30),
         convention=convention,
+        options=options,
     )
     try:
         return credit.build(credit_class(name), context)
@@ -733,6 +762,7 @@ def train(cfg: RunConfig, env_id: str, run_dir: Path, policy: LoadedModel) -> Lo
             prompt_history(cfg),
             cfg.generation_cache_gib,
             cfg.credit_convention,
+            credit_option_pairs(cfg),
         ),
         env_id,
         env_kwargs_for(cfg, env_id, None),
