@@ -40,7 +40,6 @@ from tqdm import tqdm
 from agents.base import Agent, AgentAction, StreamingAgent
 from agents.episode import EpisodeRecorder
 from agents.parsing import is_valid_action
-from agents.ray_workers import RayActorPool
 from agents.trajectory import Trajectory
 from agents.workers import (
     EnvWorker,
@@ -50,7 +49,6 @@ from agents.workers import (
     ResetDone,
     TakeStep,
     WorkerGone,
-    WorkerPool,
     close_workers,
     pool_for,
 )
@@ -65,7 +63,12 @@ logger = logging.getLogger(__name__)
 # What an environment worker is: the `env_workers` option of `collect`, the trainers'
 # configs and `benchmarks.run`.
 EnvWorkers = Literal["process", "ray"]
-ENV_WORKERS: dict[str, type[EnvWorkerPool]] = {"process": WorkerPool, "ray": RayActorPool}
+# Each kind's pool, as "module:Class" imported on use: only a rollout on Ray actors imports
+# Ray (a GPU machine without it still runs every process-pool rollout).
+ENV_WORKERS: dict[str, str] = {
+    "process": "agents.workers:WorkerPool",
+    "ray": "agents.ray_workers:RayActorPool",
+}
 
 
 @dataclass(frozen=True)
@@ -196,7 +199,9 @@ def collect(
         for replica in range(group_size)
     )
     num_episodes = len(queue)
-    pool = pool_for(env_id, env_kwargs or {}, ENV_WORKERS[env_workers])
+    module, pool_class = ENV_WORKERS[env_workers].split(":")
+    kind: type[EnvWorkerPool] = getattr(importlib.import_module(module), pool_class)
+    pool = pool_for(env_id, env_kwargs or {}, kind)
     slots = [_Slot() for _ in range(min(num_envs, num_episodes))]
     finished: dict[int, Trajectory] = {}
     dropped: list[str] = []
