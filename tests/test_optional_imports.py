@@ -1,7 +1,8 @@
 """The packages only ALFWorld needs (alfworld, textworld, fast-downward-textworld) are
-imported when an ALFWorld env is made, never by `import envs` or the command-line harness,
-so a machine without them (a GPU machine with Python 3.12, where fast-downward-textworld
-has no wheel) still runs SysDiag."""
+imported when an ALFWorld env is made, and Ray when a rollout uses Ray actors, never by
+`import envs` or the command-line harness, so a machine without them (a GPU machine with
+Python 3.12, where fast-downward-textworld has no wheel and Ray's is 76 MiB) still runs
+SysDiag."""
 
 import json
 import subprocess
@@ -18,7 +19,7 @@ BLOCKED_RUN = textwrap.dedent(
     import json
     import sys
 
-    OPTIONAL = ("alfworld", "textworld", "fast_downward_textworld")
+    OPTIONAL = ("alfworld", "textworld", "fast_downward_textworld", "ray")
 
 
     class NotInstalled(importlib.abc.MetaPathFinder):
@@ -35,9 +36,11 @@ BLOCKED_RUN = textwrap.dedent(
     import benchmarks.run  # noqa: F401  (the whole harness: every registry and trainer)
     import envs  # noqa: F401
     from agents.base import ExpertAgent
-    from agents.episode import play_episode
+    from agents.rollout import collect
 
-    trajectory = play_episode(gym.make("creditgym/SysDiag-v0"), ExpertAgent(), seed=3)
+    [trajectory], _ = collect(
+        "creditgym/SysDiag-v0", ExpertAgent(), [3], num_envs=1, progress=False
+    )
     loaded = sorted(m for m in sys.modules if m.split(".")[0] in OPTIONAL)
     try:
         gym.make("creditgym/ALFWorld-v0")
@@ -50,7 +53,7 @@ BLOCKED_RUN = textwrap.dedent(
 )
 
 
-def test_sysdiag_runs_without_the_alfworld_packages():
+def test_sysdiag_runs_without_the_alfworld_packages_and_ray():
     result = subprocess.run(
         [sys.executable, "-c", BLOCKED_RUN],
         cwd=REPO,
