@@ -14,9 +14,11 @@ MAX_NEW = 24
 
 
 @pytest.fixture(scope="module")
-def tiny():
+def tiny(device):
     torch.set_num_threads(1)
-    return build_tiny()
+    loaded = build_tiny()
+    loaded.model.to(device)
+    return loaded
 
 
 def make_batch(tiny, max_new_tokens=MAX_NEW, stop=None) -> ContinuousBatch:

@@ -16,9 +16,11 @@ from tests.credit_cases import scripted_trajectory, tokenised
 
 
 @pytest.fixture(scope="module")
-def tiny():
+def tiny(device):
     torch.set_num_threads(1)
-    return build_tiny()
+    loaded = build_tiny()
+    loaded.model.to(device)
+    return loaded
 
 
 # --- scoring engine -------------------------------------------------------------------

@@ -22,9 +22,11 @@ ENV_ID = "creditgym/SysDiag-v0"
 
 
 @pytest.fixture(scope="module")
-def tiny():
+def tiny(device):
     torch.set_num_threads(1)
-    return build_tiny()
+    loaded = build_tiny()
+    loaded.model.to(device)
+    return loaded
 
 
 def fake_layers(length: int, value: float = 1.0, layers: int = 2):

@@ -12,7 +12,7 @@ from agents.models import build_tiny
 def decode_logits(model, cache, steps: int, drop_at: int) -> list[torch.Tensor]:
     """Prefill 3 left-padded rows, decode greedily, drop row 1 at step `drop_at`."""
     torch.manual_seed(0)
-    input_ids = torch.randint(3, 200, (3, 20))
+    input_ids = torch.randint(3, 200, (3, 20)).to(model.device)
     attention_mask = torch.ones_like(input_ids)
     attention_mask[0, :5] = 0  # left padding, as the sampler lays rows out
     position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
@@ -29,7 +29,7 @@ def decode_logits(model, cache, steps: int, drop_at: int) -> list[torch.Tensor]:
         for step in range(steps):
             token = out.logits[:, -1:].argmax(-1)
             if step == drop_at:
-                keep = torch.tensor([0, 2])
+                keep = torch.tensor([0, 2], device=model.device)
                 cache.batch_select_indices(keep)
                 attention_mask, next_position, token = (
                     attention_mask[keep],
@@ -49,9 +49,9 @@ def decode_logits(model, cache, steps: int, drop_at: int) -> list[torch.Tensor]:
     return logits
 
 
-def test_growing_cache_matches_dynamic_cache_through_growth_and_row_drops(monkeypatch):
+def test_growing_cache_matches_dynamic_cache_through_growth_and_row_drops(monkeypatch, device):
     monkeypatch.setattr(kv_cache, "INITIAL_SPARE", 4)  # force several regrowths
-    model = build_tiny().model
+    model = build_tiny().model.to(device)
     cache = kv_cache.growing_cache()
     reference = decode_logits(model, DynamicCache(), steps=40, drop_at=17)
     grown = decode_logits(model, cache, steps=40, drop_at=17)

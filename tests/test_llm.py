@@ -28,9 +28,11 @@ SETTINGS = {
 
 
 @pytest.fixture(scope="module")
-def tiny():
+def tiny(device):
     torch.set_num_threads(1)
-    return build_tiny()
+    loaded = build_tiny()
+    loaded.model.to(device)
+    return loaded
 
 
 @pytest.fixture(scope="module")
