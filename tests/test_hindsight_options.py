@@ -1,0 +1,230 @@
+"""Hindsight credit's named options: golden block and prompt texts, option parsing, and each
+scoring option moving the credit in its documented direction (hand-set scores, no forward)."""
+
+import numpy as np
+import pytest
+import torch
+
+from agents.generation_cache import parameter_fingerprint
+from agents.models import build_tiny
+from agents.prompts import INSTRUCTION, build_messages
+from credit import REGISTRY
+from credit.base import CreditContext, build
+from credit.hcapo import HCAPO, outcome_hindsight, self_normalised_ratio
+from credit.hindsight import HCAPO_WORDING, HP_RLVR_WORDING, hindsight_block
+from credit.hp_rlvr import HPRLVR, future_hindsight
+from credit.options import parse_options
+from credit.scoring import PairedScores, ScoreMemo
+from credit.views import action_span_mask, causal_view
+from tests.credit_cases import scripted_trajectory, tokenised
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    torch.set_num_threads(1)
+    return build_tiny()
+
+
+def three_steps():
+    observations = ["boot log", "disk full on /var", "cleaned /var/tmp"]
+    return scripted_trajectory("g", [0.0, 0.0, 1.0], True, observations)
+
+
+# --- the block texts, exactly as docs/hindsight_ablation.md shows them -------------------
+
+GOLDEN_HCAPO = {
+    "outcome": "Outcome: task completed.",
+    "feedback": "Outcome: task completed. Feedback: service restored",
+    "final_action": ("Outcome: task completed. Feedback: service restored\nFinal action: check 2"),
+    "final": (
+        "Outcome: task completed. Feedback: service restored\n"
+        "Final observation: cleaned /var/tmp\nFinal action: check 2"
+    ),
+    "future": (
+        "Outcome: task completed. Feedback: service restored\n"
+        "What happened after this action:\n"
+        "[Result 1]: disk full on /var\n[Next action 1]: check 1\n"
+        "[Result 2]: cleaned /var/tmp\n[Next action 2]: check 2"
+    ),
+}
+
+
+@pytest.mark.parametrize("content", sorted(GOLDEN_HCAPO))
+def test_each_hindsight_block_renders_its_golden_text(content):
+    trajectory = three_steps()
+    assert hindsight_block(content, trajectory, 0, HCAPO_WORDING) == GOLDEN_HCAPO[content]
+    # HP-RLVR's words change the verdict line only.
+    hp_text = GOLDEN_HCAPO[content].replace("task completed", "success")
+    hp_text = hp_text.replace("Feedback:", "Verifier feedback:")
+    assert hindsight_block(content, trajectory, 0, HP_RLVR_WORDING) == hp_text
+
+
+def test_future_block_is_cut_to_k_steps_and_the_defaults_are_the_modules_old_texts():
+    trajectory = three_steps()
+    assert hindsight_block("future", trajectory, 0, HCAPO_WORDING, future_steps=1).endswith(
+        "[Result 1]: disk full on /var\n[Next action 1]: check 1"
+    )
+    assert hindsight_block("future", trajectory, 2, HCAPO_WORDING) == GOLDEN_HCAPO["feedback"]
+    assert outcome_hindsight(trajectory) == GOLDEN_HCAPO["final_action"]
+    assert future_hindsight(trajectory, 1) == (
+        "Outcome: success. Verifier feedback: service restored\n"
+        "What happened after this action:\n"
+        "[Result 1]: cleaned /var/tmp\n[Next action 1]: check 2"
+    )
+
+
+@pytest.mark.parametrize(
+    ("position", "order"),
+    [
+        ("after_task", ["Your task is", "Hindsight", "Current observation", INSTRUCTION]),
+        ("before_instruction", ["Your task is", "Current observation", "Hindsight", INSTRUCTION]),
+        ("after_instruction", ["Your task is", "Current observation", INSTRUCTION, "Hindsight"]),
+    ],
+)
+def test_hindsight_position_places_the_block_where_documented(position, order):
+    content = build_messages(
+        "creditgym/KeyDoor-v0",
+        "open the door",
+        (),
+        "a room",
+        ("take key",),
+        "Outcome: x.",
+        position,
+    )[0]["content"]
+    parts = content.split("\n\n")
+    starts = [next(i for i, part in enumerate(parts) if part.startswith(p)) for p in order]
+    assert starts == sorted(starts)
+    assert "Hindsight (privileged information about this episode):\nOutcome: x." in parts
+    with pytest.raises(ValueError, match="hindsight_position"):
+        build_messages("e", "t", (), "o", (), "h", "nowhere")
+
+
+# --- options by name ------------------------------------------------------------------------
+
+
+def test_options_are_parsed_by_name_and_refused_with_the_valid_names(tiny):
+    parsed = parse_options(HCAPO, [("clip", "0,inf"), ("do_no_harm", "off"), ("temperature", "1")])
+    assert parsed == {"clip": (0.0, float("inf")), "do_no_harm": False, "temperature": 1.0}
+    module = build(
+        REGISTRY["hp_rlvr"],
+        CreditContext(tiny, generation_cache_bytes=0, options=(("eligible_tokens", "action"),)),
+    )
+    assert module.eligible_tokens == "action"
+    with pytest.raises(ValueError, match=r"valid: .*temperature"):
+        build(REGISTRY["hcapo"], CreditContext(tiny, options=(("temp", "1"),)))
+    with pytest.raises(ValueError, match="expected one of"):
+        parse_options(HCAPO, [("hindsight", "everything")])
+    with pytest.raises(ValueError, match="has no option"):
+        build(REGISTRY["grpo"], CreditContext(options=(("gamma", "1"),)))
+
+
+# --- each scoring option moves the credit the documented way --------------------------------
+
+
+def test_action_span_mask_marks_the_command_tokens_only(tiny):
+    trajectory = tokenised(three_steps(), tiny)
+    mask = action_span_mask(tiny.tokenizer, trajectory, 0)
+    ids = np.array(trajectory.steps[0].action_token_ids)
+    assert tiny.tokenizer.decode(list(ids[mask])) == "check 0"
+    assert not mask[0] and not mask[-1]  # "<think>..." and "</action>" are formatting
+    scripted = three_steps()  # a scripted step's scored ids are the command alone
+    assert action_span_mask(tiny.tokenizer, scripted, 0).all()
+
+
+def memo_for(tiny) -> ScoreMemo:
+    memo = ScoreMemo()
+    memo.fingerprint = parameter_fingerprint(tiny.model)  # hand-set scores, served as is
+    return memo
+
+
+def hand_scored(tiny, module, trajectory, hindsight_command, causal_command, formatting=0.0):
+    """Fill the module's memo: per step, the command tokens' log-probs given, formatting ones
+    `formatting`, in the hindsight view and (for the causal view) `causal_command`."""
+    for t in range(trajectory.length):
+        mask = action_span_mask(tiny.tokenizer, trajectory, t)
+        for view, command in (
+            (module.hindsight_view_of(trajectory, t), hindsight_command[t]),
+            (causal_view(tiny.tokenizer, trajectory, t, module.history_len), causal_command[t]),
+        ):
+            module.score_memo.logprobs[view] = np.where(mask, command, formatting).astype(
+                np.float32
+            )
+
+
+def test_gamma_one_removes_the_late_step_preference(tiny):
+    batch = [three_steps(), scripted_trajectory("g", [0.0], False)]
+    # clip (1, 1) pins rho = 1: Q = gamma^(T-t) R, rising with t, unless gamma = 1.
+    discounted = HCAPO(tiny, clip=(1.0, 1.0))(batch).step_advantages[0]
+    flat = HCAPO(tiny, clip=(1.0, 1.0), gamma=1.0)(batch).step_advantages[0]
+    assert discounted[0] < discounted[1] < discounted[2]
+    np.testing.assert_allclose(flat, flat[0])
+
+
+def test_lower_temperature_and_wider_clip_spread_rho():
+    scores = [np.array([-1.0]), np.array([-4.0])]
+    rho_t5 = self_normalised_ratio(scores, [], 5.0)
+    rho_t1 = self_normalised_ratio(scores, [], 1.0)
+    assert np.ptp(np.log(rho_t1)) == pytest.approx(5 * np.ptp(np.log(rho_t5)))
+    assert np.ptp(np.clip(rho_t1, 0.5, 2.0)) > np.ptp(np.clip(rho_t1, 0.8, 1.2))
+
+
+def test_action_length_normalisation_undilutes_and_causal_contrast_reranks(tiny):
+    success = tokenised(three_steps(), tiny)
+    # The command of step 1 is unlikely anyway (causal -6) but much likelier with the outcome
+    # shown (-3); steps 0 and 2 are likely both ways (-1).
+    hindsight, causal = [-1.0, -3.0, -1.0], [-1.0, -6.0, -1.0]
+    rhos = {}
+    for name, options in {
+        "response": {},
+        "action": {"length_normalisation": "action"},
+        "contrast": {"length_normalisation": "action", "causal_contrast": True},
+    }.items():
+        module = HCAPO(tiny, clip=(0.0, np.inf), gamma=1.0, score_memo=memo_for(tiny), **options)
+        hand_scored(tiny, module, success, hindsight, causal)
+        q_values, _ = module.hindsight_q([success])
+        rhos[name] = q_values[0] / success.total_return
+    # The formatting tokens (log-prob 0) dilute the command's log-prob over the response.
+    assert np.ptp(np.log(rhos["action"])) > np.ptp(np.log(rhos["response"]))
+    # Without the contrast the step that is unlikely anyway ranks last; with it, first.
+    assert np.argmin(rhos["action"]) == 1
+    assert np.argmax(rhos["contrast"]) == 1
+
+
+def test_do_no_harm_off_lets_a_success_step_fall_below_its_macro(tiny):
+    # Two successes of one group, R = 1 each (macro 0): with rho = 1 the long one's early
+    # steps have Q = 0.95^4 .. 0.95^2 below the pool mean 0.92, so a negative micro term.
+    batch = [
+        scripted_trajectory("g", [0.0] * 4 + [1.0], True),
+        scripted_trajectory("g", [1.0], True),
+    ]
+    kept = HCAPO(tiny, clip=(1.0, 1.0))(batch).step_advantages[0]
+    harmed = HCAPO(tiny, clip=(1.0, 1.0), do_no_harm=False)(batch).step_advantages[0]
+    np.testing.assert_array_equal(kept[:3], [0.0, 0.0, 0.0])
+    assert (harmed[:3] < 0).all()
+    np.testing.assert_allclose(kept[3:], harmed[3:])
+
+
+def test_action_eligible_tokens_move_hp_rlvr_credit_off_formatting_tokens(tiny):
+    success = tokenised(three_steps(), tiny)
+    results = {}
+    for eligible in ("response", "action"):
+        module = HPRLVR(tiny, eligible_tokens=eligible, score_memo=memo_for(tiny))
+        for t in range(success.length):
+            mask = action_span_mask(tiny.tokenizer, success, t)
+            # Step 0: the formatting tokens diverge (0.5) but its command does not; step 1:
+            # only its command diverges (0.2); step 2: nothing does.
+            jsd = np.where(mask, [0.0, 0.2, 0.0][t], [0.5, 0.0, 0.0][t]).astype(np.float32)
+            zeros = np.zeros(mask.size, dtype=np.float32)
+            pair = (
+                causal_view(tiny.tokenizer, success, t, module.history_len),
+                module.hindsight_view_of(success, t),
+            )
+            module.score_memo.pairs[pair] = PairedScores(zeros, zeros, jsd)
+        output = module([success])
+        results[eligible] = output
+    response, action = (results[k].step_advantages[0] for k in ("response", "action"))
+    assert np.argmax(response) == 0 and np.argmax(action) == 1
+    # Ineligible tokens get no credit at all.
+    mask = action_span_mask(tiny.tokenizer, success, 1)
+    tokens = results["action"].token_advantages[0][1]
+    assert (tokens[~mask] == 0).all() and (tokens[mask] > 0).all()
