@@ -52,15 +52,18 @@ class RayWorker:
 
     actor: ActorHandle
     pending: ray.ObjectRef | None = None
+    reply: Reply | None = None  # the pending call's reply, once `RayActorPool.wait` took it
     dead: bool = False
 
     def send(self, command: Reset | TakeStep) -> None:
         if self.dead:
             raise WorkerGone("actor already dead")
-        self.pending = self.actor.handle.remote(command)
+        self.pending, self.reply = self.actor.handle.remote(command), None
 
     def receive(self) -> Reply:
-        ref, self.pending = self.pending, None
+        ref, reply, self.pending, self.reply = self.pending, self.reply, None, None
+        if reply is not None:
+            return reply
         try:
             return ray.get(ref)
         except ray.exceptions.RayError as error:
@@ -68,6 +71,8 @@ class RayWorker:
             raise WorkerGone(f"{type(error).__name__}: {str(error).splitlines()[0]}") from error
 
     def poll(self) -> bool:
+        if self.reply is not None:
+            return True
         ready, _ = ray.wait([self.pending], timeout=0)
         return bool(ready)
 
@@ -78,7 +83,7 @@ class RayWorker:
     def kill(self) -> None:
         if ray.is_initialized():
             ray.kill(self.actor, no_restart=True)
-        self.dead, self.pending = True, None
+        self.dead, self.pending, self.reply = True, None, None
 
     def close(self) -> None:
         """Close the actor's env, then end the actor."""
@@ -121,6 +126,11 @@ class RayActorPool:
         if ready and rest:  # ray.wait returns num_returns refs; take every one that is done
             more, _ = ray.wait(rest, num_returns=len(rest), timeout=0)
             ready += more
+        # One `ray.get` for every reply that is in, instead of one per worker; a failed
+        # call raises here, and then each worker's own `receive` says which.
+        with contextlib.suppress(ray.exceptions.RayError):
+            for ref, reply in zip(ready, ray.get(ready), strict=True):
+                by_ref[ref].reply = reply
         return [by_ref[ref] for ref in ready]
 
     def close(self) -> None:
