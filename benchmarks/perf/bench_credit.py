@@ -20,6 +20,7 @@ naive loop:
 All figures come from one run and are printed; ratios use times measured in that run.
 
     python -m benchmarks.perf.bench_credit --model smollm2-135m --envs sysdiag,alfworld
+    python -m benchmarks.perf.bench_credit --envs sysdiag --device cuda
 """
 
 from __future__ import annotations
@@ -67,6 +68,8 @@ class BenchArgs:
     """steps generated together in one batched `act` call (one per parallel env)"""
     seed: int = 0
     """seed of the scripted episodes and of sampling"""
+    device: str = "cpu"
+    """torch device of the policy (cpu, cuda)"""
 
 
 def policy_batch(
@@ -142,7 +145,7 @@ def hp_rlvr_views(
 def naive_log_softmax(loaded: LoadedModel, view: TeacherForced) -> torch.Tensor:
     """One un-batched forward over the whole view, log-softmax at every position; the
     rows predicting the action tokens [A, V]."""
-    ids = torch.tensor([view.context_ids + view.action_ids])
+    ids = torch.tensor([view.context_ids + view.action_ids], device=loaded.model.device)
     log_probs = torch.log_softmax(loaded.model(input_ids=ids).logits[0].float(), -1)
     start = len(view.context_ids) - 1
     return log_probs[start : start + len(view.action_ids)]
@@ -153,8 +156,9 @@ def naive_logprobs(loaded: LoadedModel, views: Sequence[TeacherForced]) -> list[
     with torch.no_grad():
         return [
             naive_log_softmax(loaded, view)
-            .gather(1, torch.tensor(view.action_ids)[:, None])
+            .gather(1, torch.tensor(view.action_ids, device=loaded.model.device)[:, None])
             .squeeze(1)
+            .cpu()
             .numpy()
             for view in views
         ]
@@ -166,7 +170,7 @@ def naive_divergence(
     """One un-batched forward per step and view (`naive_log_softmax`), then the JSD."""
     with torch.no_grad():
         return [
-            jensen_shannon(naive_log_softmax(loaded, c), naive_log_softmax(loaded, h)).numpy()
+            jensen_shannon(naive_log_softmax(loaded, c), naive_log_softmax(loaded, h)).cpu().numpy()
             for c, h in zip(causal, hindsight, strict=True)
         ]
 
@@ -254,11 +258,14 @@ def main(args: BenchArgs) -> None:
     torch.set_num_threads(1)
     print(machine_state())
     try:
-        loaded = load_model(args.model)
+        loaded = load_model(args.model, device=args.device)
     except ModelUnavailableError as error:
         print(f"note: {error}; falling back to the tiny model")
-        loaded = load_model("tiny")
-    print(f"model {loaded.name}, {args.steps} steps per env, max_new_tokens {args.max_new_tokens}")
+        loaded = load_model("tiny", device=args.device)
+    print(
+        f"model {loaded.name}, {args.steps} steps per env, max_new_tokens "
+        f"{args.max_new_tokens}, device {args.device}"
+    )
     for env in args.envs.split(","):
         try:
             print("\n".join(bench_env(loaded, env, args)), flush=True)

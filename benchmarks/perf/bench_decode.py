@@ -10,10 +10,11 @@ depend on their values). For each batch size B it prints
   prefill, rows that stop early and the rollout loop take their share;
 - the share of one decode step spent in matrix multiplies (weights: memory-bound at
   B = 1, compute-bound as B grows) and in attention (reads the whole KV cache of every
-  row), from torch.profiler.
+  row), from torch.profiler (on a GPU: shares of the step's kernel time).
 
     python -m benchmarks.perf.bench_decode                       # smollm2-135m, B = 1 4 8 16
     python -m benchmarks.perf.bench_decode --threads 2 --context 600
+    python -m benchmarks.perf.bench_decode --device cuda
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from dataclasses import dataclass
 
 import torch
 import tyro
-from torch.profiler import profile
+from torch.autograd import DeviceType
+from torch.profiler import ProfilerActivity, profile
 
 from agents.kv_cache import growing_cache
 from agents.models import ModelUnavailableError, load_model
@@ -45,13 +47,18 @@ class BenchArgs:
     """Timed decode steps per batch size."""
     threads: int = 1
     """torch CPU threads."""
+    device: str = "cpu"
+    """Torch device of the model (cpu, cuda)."""
 
 
 def decode_costs(model, batch: int, context: int, steps: int) -> tuple[float, float, dict]:
     """(prefill seconds per row, decode seconds per step, profiler shares of a step)."""
     torch.manual_seed(0)
+    on_gpu = model.device.type == "cuda"
+    # A GPU runs asynchronously: wait for its queue before a stopwatch stops.
+    wait = torch.cuda.synchronize if on_gpu else lambda: None
     vocab = model.config.vocab_size
-    input_ids = torch.randint(100, vocab - 1, (batch, context))
+    input_ids = torch.randint(100, vocab - 1, (batch, context)).to(model.device)
     mask = torch.ones_like(input_ids)
     mask[1:, : context // 8] = 0  # left padding on all rows but one, as in a real batch
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
@@ -66,10 +73,11 @@ def decode_costs(model, batch: int, context: int, steps: int) -> tuple[float, fl
             use_cache=True,
             logits_to_keep=1,
         )
+        wait()
     prefill = prefill_watch.wall_s / batch
     with torch.no_grad():
         state = {"mask": mask, "next": mask.sum(-1, keepdim=True)}
-        token = torch.full((batch, 1), 100)
+        token = torch.full((batch, 1), 100, device=model.device)
 
         def step() -> None:
             state["mask"] = torch.cat([state["mask"], state["mask"].new_ones(batch, 1)], -1)
@@ -83,20 +91,32 @@ def decode_costs(model, batch: int, context: int, steps: int) -> tuple[float, fl
             state["next"] = state["next"] + 1
 
         step()  # warm-up
+        wait()
         with decode_watch:
             for _ in range(steps):
                 step()
+            wait()
         decode = decode_watch.wall_s / steps
-        with profile() as prof:
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_gpu else [])
+        with profile(activities=activities) as prof:
             for _ in range(3):
                 step()
+            wait()
     totals = {"matmul": 0.0, "attention": 0.0, "all": 0.0}
     for event in prof.key_averages():
-        totals["all"] += event.self_cpu_time_total
+        if on_gpu:
+            # Kernels are the device's events; an op's own kernels are its self device time.
+            if event.device_type == DeviceType.CUDA:
+                totals["all"] += event.self_device_time_total
+                continue
+            spent = event.self_device_time_total
+        else:
+            spent = event.self_cpu_time_total
+            totals["all"] += spent
         if event.key in MATMUL_OPS:
-            totals["matmul"] += event.self_cpu_time_total
-        elif "scaled_dot_product" in event.key or event.key == "aten::_softmax":
-            totals["attention"] += event.self_cpu_time_total
+            totals["matmul"] += spent
+        elif "attention" in event.key or event.key == "aten::_softmax":
+            totals["attention"] += spent
     shares = {k: totals[k] / totals["all"] for k in ("matmul", "attention")}
     return prefill, decode, shares
 
@@ -106,11 +126,11 @@ def main(args: BenchArgs) -> None:
         raise SystemExit("error: batch sizes and --steps must be >= 1, --context >= 8")
     torch.set_num_threads(args.threads)
     try:
-        model = load_model(args.model).model
+        model = load_model(args.model, device=args.device).model
     except ModelUnavailableError as error:
         raise SystemExit(f"error: {error}") from None
     print(machine_state())
-    print(f"model={args.model} context={args.context} threads={args.threads}")
+    print(f"model={args.model} context={args.context} threads={args.threads} device={args.device}")
     print(
         f"{'batch':>5} {'prefill s/row':>13} {'step ms':>8} {'ms/token':>8} "
         f"{'token x':>7} {'matmul':>6} {'attn':>6}"

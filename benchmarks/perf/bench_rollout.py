@@ -15,6 +15,7 @@ response) against the continuous batch `collect` uses for LLM agents
     python -m benchmarks.perf.bench_rollout            # smollm2-135m, batch sizes 1 4 8 16
     python -m benchmarks.perf.bench_rollout --model tiny --batch-sizes 1 8
     python -m benchmarks.perf.bench_rollout --max-steps 6 --schedulers continuous lockstep
+    python -m benchmarks.perf.bench_rollout --device cuda --batch-sizes 1 8
 """
 
 from __future__ import annotations
@@ -64,6 +65,8 @@ class BenchArgs:
     """torch CPU threads."""
     schedulers: tuple[Literal["continuous", "lockstep"], ...] = ("continuous",)
     """How collect batches the LLM's steps (see the module docstring)."""
+    device: str = "cpu"
+    """Torch device of the policy (cpu, cuda)."""
 
 
 def main(args: BenchArgs) -> None:
@@ -74,7 +77,7 @@ def main(args: BenchArgs) -> None:
     logging.basicConfig(level=logging.WARNING)
     torch.set_num_threads(args.threads)
     try:
-        loaded = load_model(args.model)
+        loaded = load_model(args.model, device=args.device)
     except ModelUnavailableError as error:
         raise SystemExit(f"error: {error}") from None
     env_id = SHORT_NAMES[args.env]
@@ -92,7 +95,7 @@ def main(args: BenchArgs) -> None:
     print(machine_state())
     print(
         f"model={args.model} env={env_id} tasks={args.tasks} max_steps={args.max_steps} "
-        f"max_new_tokens={args.max_new_tokens} threads={args.threads}"
+        f"max_new_tokens={args.max_new_tokens} threads={args.threads} device={args.device}"
     )
     print(
         f"{'scheduler':<10} {'batch':>5} {'tokens':>7} {'gen s':>7} {'gen tok/s':>9} "
