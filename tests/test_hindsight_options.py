@@ -8,6 +8,7 @@ import torch
 from agents.generation_cache import parameter_fingerprint
 from agents.models import build_tiny
 from agents.prompts import INSTRUCTION, build_messages
+from benchmarks.hindsight_ablation import VARIANTS, main
 from credit import REGISTRY
 from credit.base import CreditContext, build
 from credit.hcapo import HCAPO, outcome_hindsight, self_normalised_ratio
@@ -228,3 +229,13 @@ def test_action_eligible_tokens_move_hp_rlvr_credit_off_formatting_tokens(tiny):
     mask = action_span_mask(tiny.tokenizer, success, 1)
     tokens = results["action"].token_advantages[0][1]
     assert (tokens[~mask] == 0).all() and (tokens[mask] > 0).all()
+
+
+def test_ablation_refuses_unknown_variants_and_bad_sizes_in_one_line(capsys):
+    assert main(["--variants", "hcapo:T2"]) == 2
+    assert "unknown variant 'hcapo:T2'" in capsys.readouterr().err
+    assert main(["--env", "keydoor", "--pool", "12", "--group-size", "8"]) == 2
+    assert "multiples of --group-size" in capsys.readouterr().err
+    # Every named variant's options are valid options of its module.
+    for variant in VARIANTS:
+        parse_options(REGISTRY[variant.module], variant.options)
