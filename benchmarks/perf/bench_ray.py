@@ -35,12 +35,13 @@ import ray
 import tyro
 
 from agents.base import Agent, ExpertAgent
-from agents.llm import LLMAgent
-from agents.models import ModelUnavailableError, load_model
 from agents.rollout import close_workers, collect
-from benchmarks import sweep
 from benchmarks.perf.timing import Stopwatch, machine_state
 from envs import SHORT_NAMES
+
+# benchmarks.sweep and the LLM agent are imported where they are used, not here: every
+# forkserver env worker re-imports this main module, and they pull in transformers and
+# peft (at 32 workers on a loaded 2-core machine that alone outlasted the reset timeout).
 
 
 @dataclass(frozen=True)
@@ -81,6 +82,8 @@ def sweep_file(folder: Path, args: BenchArgs) -> Path:
 
 
 def time_sweep(config: Path, out: Path, executor: str) -> float:
+    from benchmarks import sweep
+
     watch = Stopwatch()
     with watch:
         code = sweep.main(
@@ -119,6 +122,9 @@ def main(args: BenchArgs) -> None:
     logging.basicConfig(level=logging.WARNING)
     agent: Agent = ExpertAgent()
     if args.policy != "expert":
+        from agents.llm import LLMAgent
+        from agents.models import ModelUnavailableError, load_model
+
         try:
             # Seeded per episode: every repeat and worker kind generates the same tokens.
             agent = LLMAgent(load_model(args.policy), max_new_tokens=16, seed=0)
