@@ -189,6 +189,8 @@ VARIANTS: tuple[Variant, ...] = (
     ),
 )
 VARIANTS_BY_NAME = {variant.name: variant for variant in VARIANTS}
+# Not a module: the reference row every table starts with (`score_variants`).
+POSITION = Variant("position", "-", (), "reference: credit = step index t (later = more)")
 
 
 @dataclass(frozen=True)
@@ -506,9 +508,14 @@ def score_variants(
     count = len(collected.trajectories)
     resamples = rng.integers(0, 2**31 - 1, size=(args.bootstrap, count))
     rows = []
-    for variant, module in zip(variants, modules, strict=True):
+    # Reference row: credit = the step's index, what a factor rising with t (gamma^(T-t))
+    # ranks by on its own.
+    position = [np.arange(t.length, dtype=np.float64) for t in collected.trajectories]
+    for variant, module in [(POSITION, None), *zip(variants, modules, strict=True)]:
         start = time.perf_counter()
-        credits = variant_credits(module, collected, args.batch_size)
+        credits = (
+            position if module is None else variant_credits(module, collected, args.batch_size)
+        )
         row: dict[str, Any] = {
             "variant": variant.name,
             "module": variant.module,
