@@ -153,7 +153,7 @@ def main(args: BenchArgs) -> None:
             close_workers()
         print(
             f"{num_envs:>5} {episodes:>8} {starts['process']:>12.1f} {starts['ray']:>11.1f} "
-            f"{best['process']:>12.0f} {best['ray']:>11.0f} {best['ray'] / best['process']:>10.2f}",
+            f"{best['process']:>12.1f} {best['ray']:>11.1f} {best['ray'] / best['process']:>10.2f}",
             flush=True,
         )
     ray.shutdown()
