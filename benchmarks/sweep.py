@@ -251,12 +251,12 @@ def main(argv: list[str] | None = None) -> int:
     sweep = tyro.cli(SweepConfig, prog="python -m benchmarks.sweep", args=argv)
     shard_index, shard_count = parse_shard(sweep.shard)
     configs = load_sweep(sweep.config, sweep.out)[shard_index::shard_count]
+    if sweep.executor == "ray":
+        check_ray_options(sweep, configs)
     for config in configs:
         # A Ray task checks its device where it runs: the driver (a cluster's head
         # node) may have no GPU. The device is not part of a run's identity.
         validate(dataclasses.replace(config, device="cpu") if sweep.executor == "ray" else config)
-    if sweep.executor == "ray":
-        check_ray_options(sweep, configs)
     finished = [is_finished(config) for config in configs]
     print(f"{len(configs)} runs, {sum(finished)} finished")
     todo = []

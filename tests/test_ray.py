@@ -235,3 +235,17 @@ def test_a_run_on_ray_env_actors_plays_the_episodes_of_one_on_worker_processes(l
     on_actors = run(dataclasses.replace(config, env_workers="ray", out=tmp_path / "ray"))
     assert on_actors.name == on_processes.name
     assert records.read_episodes(on_actors) == records.read_episodes(on_processes)
+
+
+def test_a_sweep_joining_a_cluster_refuses_a_relative_out_in_one_line(
+    tmp_path, monkeypatch, capsys
+):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("RAY_ADDRESS", "ray://head:10001")  # never reached: refused first
+    (tmp_path / "sweep.toml").write_text('[common]\nmodel = "random"\n[[grid]]\nseed = 0\n')
+    argv = ["--config", "sweep.toml", "--out", "runs", "--executor", "ray"]
+    assert sweep.main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "absolute path on shared storage" in err
+    assert sweep.main([*argv[:-2], "--executor", "ray", "--retries", "-1"]) == 2
+    assert not (tmp_path / "runs").exists()
