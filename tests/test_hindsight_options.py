@@ -1,6 +1,8 @@
 """Hindsight credit's named options: golden block and prompt texts, option parsing, and each
 scoring option moving the credit in its documented direction (hand-set scores, no forward)."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -8,7 +10,9 @@ import torch
 from agents.generation_cache import parameter_fingerprint
 from agents.models import build_tiny
 from agents.prompts import INSTRUCTION, build_messages
+from benchmarks.cli import UsageError
 from benchmarks.hindsight_ablation import VARIANTS, main
+from benchmarks.run import RunConfig, run_identity, run_name, validate
 from credit import REGISTRY
 from credit.base import CreditContext, build
 from credit.hcapo import HCAPO, outcome_hindsight, self_normalised_ratio
@@ -239,3 +243,18 @@ def test_ablation_refuses_unknown_variants_and_bad_sizes_in_one_line(capsys):
     # Every named variant's options are valid options of its module.
     for variant in VARIANTS:
         parse_options(REGISTRY[variant.module], variant.options)
+
+
+def test_credit_options_enter_the_run_identity_in_any_order_and_bad_ones_are_refused():
+    base = RunConfig(env="keydoor", credit="hcapo")
+    named = dataclasses.replace(base, credit_options=("temperature=1", "clip=0.5,2"))
+    reordered = dataclasses.replace(base, credit_options=("clip=0.5,2", "temperature=1"))
+    assert run_name(named) == run_name(reordered) != run_name(base)
+    assert "credit_options" not in run_identity(base)  # unnamed: every run keeps its name
+    for bad, message in (
+        (("temp=1",), "has no option 'temp'"),
+        (("temperature",), "key=value"),
+        (("temperature=hot",), "expected a number"),
+    ):
+        with pytest.raises(UsageError, match=message):
+            validate(dataclasses.replace(base, credit_options=bad))
