@@ -9,21 +9,25 @@ answering side; it runs in a worker process here and in a Ray actor in
 engine drives. A worker that dies or cannot be reached raises `WorkerGone`.
 
 Workers run under forkserver and stay alive between `collect` calls: `WorkerPool` keeps
-the idle ones per env id and kwargs. Starting one costs seconds: besides the env's
-imports, a forkserver child re-imports the caller's main module (Python 3.11 never
-preloads it: forkserver looks for a `main_path` key that `spawn.get_preparation_data` does
-not produce), so a trainer calling `collect` every iteration pays it once, not per
-iteration. `close_workers` ends them (and runs at exit).
+the idle ones per env id and kwargs, so a trainer calling `collect` every iteration
+starts them once. A worker forks from the server that preloaded `agents.workers` and
+`envs`, and is started without re-importing the caller's main module
+(`main_module_hidden`), so starting one costs milliseconds, not the torch import; an env
+registered only in the caller's main script is therefore unknown to workers (name it
+`module:Id`, gymnasium's convention, and the worker imports that module). `close_workers`
+ends them (and runs at exit).
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import importlib
 import multiprocessing as mp
 import signal
+import sys
 import traceback
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
@@ -246,7 +250,8 @@ class WorkerPool:
         process = context.Process(
             target=worker_main, args=(child_conn, self.env_id, self.env_kwargs), daemon=True
         )
-        process.start()
+        with main_module_hidden():
+            process.start()
         child_conn.close()
         return Worker(process, parent_conn)
 
@@ -263,6 +268,29 @@ class WorkerPool:
         for worker in self.idle:
             worker.close()
         self.idle.clear()
+
+
+@contextlib.contextmanager
+def main_module_hidden() -> Iterator[None]:
+    """Start a worker without making it import the caller's main module.
+
+    multiprocessing tells a new process to import `__main__` (by its `__spec__` name, or
+    else its `__file__`) so that objects defined there unpickle; a worker needs only
+    `worker_main` and the env, both importable by name. Re-importing a main module such
+    as `benchmarks.sweep` costs a worker the torch / transformers import: seconds on an
+    idle machine, minutes on a loaded one, where resets then timed out and whole
+    evaluations were dropped. Hiding both attributes while `start()` builds the
+    preparation data makes the worker a plain fork of the preloaded forkserver.
+    """
+    main = sys.modules["__main__"]
+    saved = {key: main.__dict__[key] for key in ("__spec__", "__file__") if key in main.__dict__}
+    main.__dict__["__spec__"] = None
+    main.__dict__.pop("__file__", None)
+    try:
+        yield
+    finally:
+        main.__dict__.pop("__spec__", None)
+        main.__dict__.update(saved)
 
 
 _POOLS: dict[str, EnvWorkerPool] = {}

@@ -1096,6 +1096,10 @@ def format_summary(run: str, method: str, rows: Sequence[Mapping[str, Any]]) -> 
     return "\n".join(lines)
 
 
+class IncompleteRunError(RuntimeError):
+    """A run whose evaluation lost episodes: it is left unfinished, to be resumed."""
+
+
 def run(cfg: RunConfig) -> Path:
     """Validate, train (or resume), evaluate, write samples and the summary; returns the
     run folder."""
@@ -1129,6 +1133,13 @@ def run_in(cfg: RunConfig, env_id: str, run_dir: Path, policy: LoadedModel | Non
             policy = train(cfg, env_id, run_dir, policy)
     train_step = len(records.read_metrics(run_dir))
     evaluate(cfg, env_id, run_dir, policy, train_step)
+    missing = missing_episodes(cfg, run_dir)
+    if missing:  # dropped by a crashed or timed-out env: never summarise a partial set
+        requested = cfg.eval_episodes * len(eval_splits(cfg, env_id))
+        raise IncompleteRunError(
+            f"{len(missing)} of {requested} evaluation episodes were dropped (the log above "
+            f"says why); run the same command again to play them ({run_dir})"
+        )
     write_samples(cfg, env_id, run_dir, policy)
     requested = {s.name for s in eval_splits(cfg, env_id)}
     episodes = [
@@ -1159,6 +1170,9 @@ def main(argv: list[str] | None = None) -> int:
         run(parse_config(argv))
     except NonFiniteError as error:  # a NaN reward or loss is bad input: one line, exit 2
         raise UsageError(str(error)) from error
+    except IncompleteRunError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -78,6 +78,25 @@ def test_a_run_failing_before_any_output_leaves_no_folder(monkeypatch, tmp_path)
     assert not list(tmp_path.iterdir())
 
 
+def test_an_evaluation_that_lost_episodes_is_left_unfinished_and_resumes(
+    monkeypatch, tmp_path, capsys
+):
+    played = run_module.scripted_episodes
+
+    def dropping_odd_episodes(cfg, env, split, indices):  # as a crashed env drops its episode
+        return [pair for pair in played(cfg, env, split, indices) if pair[0] % 2 == 0]
+
+    monkeypatch.setattr(run_module, "scripted_episodes", dropping_odd_episodes)
+    assert main([*SCRIPTED, "--eval-episodes", "4", "--out", str(tmp_path)]) == 1
+    assert "2 of 4 evaluation episodes were dropped" in capsys.readouterr().err
+    (run_dir,) = tmp_path.iterdir()
+    assert not (run_dir / records.DONE_FILE).exists()
+    monkeypatch.setattr(run_module, "scripted_episodes", played)
+    assert main([*SCRIPTED, "--eval-episodes", "4", "--out", str(tmp_path)]) == 0
+    assert sorted(e.index for e in records.read_episodes(run_dir)) == [0, 1, 2, 3]
+    assert (run_dir / records.DONE_FILE).exists()
+
+
 def test_a_failing_rerun_keeps_the_folder_of_earlier_work(monkeypatch, tmp_path):
     assert main([*SCRIPTED, "--eval-episodes", "2", "--out", str(tmp_path)]) == 0
     (run_dir,) = tmp_path.iterdir()
