@@ -30,7 +30,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from agents.atomic import atomic_write_text
 
@@ -43,6 +43,7 @@ TRAINING_FILE = "training.json"
 DONE_FILE = "done.json"
 EVAL_TRAJECTORIES_FILE = "eval_trajectories.jsonl"
 COMMANDS_FILE = "commands.txt"
+CURVE_FILE = "curve.jsonl"  # trainers/curve.py writes it (learning-curve points)
 
 # Packages whose versions decide a result; recorded in provenance.json.
 TRACKED_PACKAGES = (
@@ -210,6 +211,11 @@ def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
     return list(iter_jsonl(run_dir / METRICS_FILE))
 
 
+def read_curve(run_dir: Path) -> list[dict[str, Any]]:
+    """The learning-curve points of a run (empty without `--eval-every`)."""
+    return list(iter_jsonl(run_dir / CURVE_FILE))
+
+
 def run_dirs(root: Path) -> list[Path]:
     """Every run folder under `root` (a folder holding config.json), sorted by name."""
     if not root.is_dir():
@@ -261,6 +267,7 @@ class RunData:
     episodes: tuple[EpisodeRecord, ...]
     metrics: tuple[Mapping[str, Any], ...]
     training: Mapping[str, Any] | None
+    curve: tuple[Mapping[str, Any], ...] = ()
 
     @property
     def method_config(self) -> Mapping[str, Any]:
@@ -316,6 +323,34 @@ def rollouts_used(metrics: Sequence[Mapping[str, Any]]) -> int:
     return int(sum(per_iteration.values()))
 
 
+class CurvePoint(NamedTuple):
+    """One learning-curve point with the training it had cost by then."""
+
+    iteration: int
+    rollouts: int  # training trajectories collected before the point
+    train_seconds: float  # training clock (rollout + credit + update), evaluation excluded
+    success_rate: float
+    episodes: int
+
+
+def curve_points(run: RunData) -> list[CurvePoint]:
+    """The run's curve against rollouts used and training seconds (from metrics.jsonl)."""
+    clock = training_clock(run.metrics)
+    points = []
+    for point in run.curve:
+        steps = int(point["optimizer_step"])
+        points.append(
+            CurvePoint(
+                iteration=int(point["iteration"]),
+                rollouts=rollouts_used(run.metrics[:steps]),
+                train_seconds=clock[steps - 1] if steps else 0.0,
+                success_rate=float(point["success_rate"]),
+                episodes=int(point["episodes"]),
+            )
+        )
+    return points
+
+
 def load_runs(root: Path) -> list[RunData]:
     """Every run folder under `root` with at least one evaluation episode.
 
@@ -341,6 +376,7 @@ def load_runs(root: Path) -> list[RunData]:
                 episodes=episodes,
                 metrics=tuple(read_metrics(run_dir)),
                 training=read_json(training_path) if training_path.exists() else None,
+                curve=tuple(read_curve(run_dir)),
             )
         )
     return runs

@@ -1,0 +1,473 @@
+"""The reference study's report: `python -m benchmarks.study`.
+
+Reads the run folders of `benchmarks/configs/study.toml` (default `results/study/runs/`)
+and writes, next to them (`results/study/`):
+
+- `runs.csv`: one line per trained run: task, method, seed, final success, area under the
+  learning curve, rollouts and training seconds to reach 50 % / 80 % success, the
+  zero-gradient fraction and the zero-variance-group fraction with its p^G + (1 - p)^G
+  prediction;
+- `study.md`: per task the mean and interquartile mean (IQM) of final success and of the
+  curve's area over seeds with stratified-bootstrap 95 % intervals, the probability of
+  improvement P(X > Y) for every pair of methods per task family (Agarwal et al. 2021,
+  arXiv 2108.13264; `benchmarks/stats.py`), the speed table, and the SFT rows;
+- figures: `credit_vs_horizon.png` (final success and curve area against KeyDoor's delay
+  and Umbrella's length per method: the classic credit-assignment plot),
+  `learning_curves.png` (success against rollouts) and `learning_curves_wallclock.png`
+  (against training seconds), `zero_variance_groups.png` (each run's observed fraction of
+  zero-variance groups against the prediction from its own success rate).
+
+Area under the curve: the trapezoid area of held-out success over rollouts used,
+divided by the rollouts of the last point, so 1.0 is a policy at 100 % from the start.
+Rollouts to a threshold: those used before the first curve point at or above it (None:
+never reached; such runs count as not reaching it, never as fast).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import tyro
+
+from benchmarks import records, stats
+from benchmarks.cli import UsageError, exit_on_usage_error
+from benchmarks.plots import method_colours
+
+THRESHOLDS = (0.5, 0.8)
+# The option that sets each instrument's horizon, and how the report names it.
+HORIZON_OPTIONS = {"KeyDoor-v0": "delay", "Umbrella-v0": "length"}
+
+
+@dataclass(frozen=True)
+class StudyArgs:
+    """Tables and figures of the reference study from its run folders."""
+
+    runs: Path = Path("results/study/runs")
+    """Folder of the study's run folders (benchmarks/configs/study.toml's `out`)."""
+    out: Path = Path("results/study")
+    """Folder that receives runs.csv, study.md and the figures."""
+    reps: int = stats.BOOTSTRAP_REPS
+    """Bootstrap resamples per interval."""
+
+
+def option(config: Mapping[str, Any], key: str) -> Any:
+    """One `--env-options` value of a run (None when unset)."""
+    for text in config.get("env_options", ()):
+        name, _, value = text.partition("=")
+        if name == key:
+            return json.loads(value) if value.lstrip("-").isdigit() else value
+    return None
+
+
+def method_name(config: Mapping[str, Any]) -> str:
+    """The study's row name: credit module, its convention when not creditgym's, and the
+    trainer when not policy gradient (`gigpo (verl-agent)`, `sft+grpo`)."""
+    name = config["credit"]
+    if config.get("credit_convention", "creditgym") != "creditgym":
+        name += f" ({config['credit_convention']})"
+    if config["trainer"] != "policy_gradient":
+        name = f"{config['trainer']}+{name}"
+    return name
+
+
+def area_under_curve(points: Sequence[records.CurvePoint]) -> float:
+    """Trapezoid area of success over rollouts, normalised by the last point's rollouts."""
+    if len(points) < 2 or points[-1].rollouts == 0:
+        return float("nan")
+    x = np.array([p.rollouts for p in points], dtype=float)
+    y = np.array([p.success_rate for p in points])
+    return float(np.sum((x[1:] - x[:-1]) * (y[1:] + y[:-1]) / 2) / x[-1])
+
+
+def first_reaching(
+    points: Sequence[records.CurvePoint], threshold: float
+) -> records.CurvePoint | None:
+    return next((p for p in points if p.success_rate >= threshold), None)
+
+
+def run_row(run: records.RunData) -> dict[str, Any]:
+    """One trained run's line of runs.csv."""
+    config = run.config
+    env = str(config["env_id"]).split("/")[-1]
+    points = records.curve_points(run)
+    test = [e for e in run.episodes if e.index < config["eval_episodes"]]
+    iterations = {}
+    for record in run.metrics:  # one value per iteration (repeated on its optimiser steps)
+        iterations[record["iteration"]] = record
+    group = int(config["method_group_size"])
+    success = np.array([r["rollout/success_rate"] for r in iterations.values()])
+    zero_std = [r.get("credit/frac_reward_zero_std") for r in iterations.values()]
+    row = {
+        "task": run.env,
+        "env": env,
+        "horizon": option(config, HORIZON_OPTIONS[env]) if env in HORIZON_OPTIONS else None,
+        "method": method_name(config),
+        "seed": run.seed,
+        "group_size": group,
+        "final_success": float(np.mean([e.success for e in test])),
+        "eval_episodes": len(test),
+        "auc": area_under_curve(points),
+        "curve_points": len(points),
+        "rollouts": records.rollouts_used(run.metrics),
+        "train_seconds": records.training_clock(run.metrics)[-1] if run.metrics else 0.0,
+        "zero_grad_fraction": float(np.mean([r["charts/grad_norm_is_zero"] for r in run.metrics])),
+        # Groups whose rewards are all equal, measured, and predicted from the iteration's
+        # success rate as if the reward were success alone: p^G + (1 - p)^G.
+        "zero_std_groups": float(np.mean(zero_std)) if None not in zero_std else float("nan"),
+        "predicted_zero_std": float(np.mean(success**group + (1 - success) ** group))
+        if group > 1
+        else float("nan"),
+    }
+    for threshold in THRESHOLDS:
+        reached = first_reaching(points, threshold)
+        percent = round(threshold * 100)
+        row[f"rollouts_to_{percent}"] = reached.rollouts if reached else None
+        row[f"seconds_to_{percent}"] = reached.train_seconds if reached else None
+    return row
+
+
+def runs_table(runs: Sequence[records.RunData]) -> pd.DataFrame:
+    """runs.csv: trained runs with a learning curve (evaluation-only runs are baselines)."""
+    rows = [run_row(run) for run in runs if run.training is not None and run.curve]
+    if not rows:
+        raise UsageError("no finished training run with a learning curve there yet")
+    frame = pd.DataFrame(rows)
+    twins = frame[frame.duplicated(["task", "method", "seed"], keep=False)]
+    if not twins.empty:
+        raise UsageError(f"two runs with the same task, method and seed: {twins.iloc[0].to_dict()}")
+    return frame.sort_values(["env", "horizon", "task", "method", "seed"], na_position="first")
+
+
+def baselines(runs: Sequence[records.RunData]) -> dict[str, float]:
+    """Task -> the untrained policy's final success (its evaluation-only run)."""
+    return {
+        run.env: float(np.mean([e.success for e in run.episodes]))
+        for run in runs
+        if run.training is None and run.config["credit"] == "none"
+    }
+
+
+def score_matrix(frame: pd.DataFrame, tasks: Sequence[str], column: str) -> np.ndarray | None:
+    """(seeds, tasks) scores of one method; None unless every task has the same seed count.
+
+    Rows are seeds in ascending order per task, so a stratified bootstrap resamples
+    within each task's column."""
+    columns = [frame[frame.task == task].sort_values("seed")[column].to_numpy() for task in tasks]
+    if not columns or len({len(c) for c in columns}) != 1 or len(columns[0]) == 0:
+        return None
+    return np.stack(columns, axis=1).astype(float)
+
+
+def task_summary(frame: pd.DataFrame, reps: int) -> pd.DataFrame:
+    """Per (task, method): seeds, mean and IQM of final success and of the curve's area
+    with 95 % intervals, how many runs reached 50 / 80 %, median rollouts and seconds."""
+    lines = []
+    for task, by_task in frame.groupby("task", sort=False):
+        for method, rows in by_task.groupby("method", sort=False):
+            line = {"task": task, "method": method, "seeds": len(rows)}
+            for column in ("final_success", "auc"):
+                matrix = rows.sort_values("seed")[[column]].to_numpy(dtype=float)
+                mean, iqm = stats.mean_and_iqm({method: matrix}, reps=reps)[method]
+                line[f"{column}_mean"], line[f"{column}_iqm"] = mean, iqm
+            for percent in (50, 80):
+                reached = rows[f"rollouts_to_{percent}"].dropna()
+                line[f"reached_{percent}"] = f"{len(reached)}/{len(rows)}"
+                # The median over all seeds, not reaching counted as infinitely slow: only
+                # defined when at least half the seeds reached it.
+                line[f"median_rollouts_to_{percent}"] = _median_with_misses(
+                    rows[f"rollouts_to_{percent}"]
+                )
+                line[f"median_seconds_to_{percent}"] = _median_with_misses(
+                    rows[f"seconds_to_{percent}"]
+                )
+            lines.append(line)
+    return pd.DataFrame(lines)
+
+
+def _median_with_misses(values: pd.Series) -> float | None:
+    ordered = sorted(math.inf if pd.isna(v) else float(v) for v in values)
+    if not ordered:
+        return None
+    middle = ordered[(len(ordered) - 1) // 2] if len(ordered) % 2 else None
+    if middle is None:
+        low, high = ordered[len(ordered) // 2 - 1], ordered[len(ordered) // 2]
+        middle = (low + high) / 2
+    return None if math.isinf(middle) else middle
+
+
+def improvement_pairs(frame: pd.DataFrame, column: str, reps: int) -> pd.DataFrame:
+    """P(X > Y) of `column` for every ordered pair of methods, per env (its tasks as
+    strata), over the tasks where both have the same number of seeds."""
+    lines = []
+    for env, by_env in frame.groupby("env", sort=False):
+        tasks = list(dict.fromkeys(by_env.task))
+        methods = sorted(set(by_env.method))
+        for i, x in enumerate(methods):
+            for y in methods[i + 1 :]:
+                shared = [
+                    t
+                    for t in tasks
+                    if len(by_env[(by_env.task == t) & (by_env.method == x)])
+                    == len(by_env[(by_env.task == t) & (by_env.method == y)])
+                    > 0
+                ]
+                mx = score_matrix(by_env[by_env.method == x], shared, column)
+                my = score_matrix(by_env[by_env.method == y], shared, column)
+                if mx is None or my is None:
+                    continue
+                interval = stats.probability_of_improvement(mx, my, reps=reps)
+                lines.append(
+                    {
+                        "env": env,
+                        "x": x,
+                        "y": y,
+                        "tasks": len(shared),
+                        "seeds": mx.shape[0],
+                        "p_x_beats_y": interval,
+                    }
+                )
+    return pd.DataFrame(lines)
+
+
+# ------------------------------------------------------------------------------ figures
+def horizon_figure(frame: pd.DataFrame, summary: pd.DataFrame, path: Path) -> bool:
+    """Final success and curve area against each instrument's horizon, per method."""
+    envs = [env for env in HORIZON_OPTIONS if env in set(frame.env)]
+    if not envs:
+        return False
+    trained = frame[~frame.method.str.contains(r"\+")]
+    colours = method_colours(sorted(set(trained.method)))
+    figure, axes = plt.subplots(2, len(envs), figsize=(5.5 * len(envs), 7), squeeze=False)
+    for col, env in enumerate(envs):
+        rows = trained[trained.env == env]
+        for row_index, (column, label) in enumerate(
+            (("final_success", "final held-out success"), ("auc", "area under the curve"))
+        ):
+            axis = axes[row_index][col]
+            for method in sorted(set(rows.method)):
+                cells = summary[summary.method == method].set_index("task")
+                points = (
+                    rows[rows.method == method][["horizon", "task"]]
+                    .drop_duplicates()
+                    .sort_values("horizon")
+                )
+                xs, ys, lows, highs = [], [], [], []
+                for horizon, task in points.itertuples(index=False):
+                    mean = cells.loc[task, f"{column}_mean"]
+                    xs.append(horizon)
+                    ys.append(mean.value)
+                    lows.append(mean.value - mean.low)
+                    highs.append(mean.high - mean.value)
+                axis.errorbar(
+                    xs,
+                    ys,
+                    yerr=[lows, highs],
+                    marker="o",
+                    capsize=3,
+                    label=method,
+                    color=colours[method],
+                )
+            axis.set_xscale("log", base=2)
+            axis.set_xlabel(HORIZON_OPTIONS[env])
+            axis.set_ylabel(label)
+            axis.set_ylim(-0.05, 1.05)
+            axis.set_title(f"{env}: {label} (mean, 95 % CI)")
+            axis.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return True
+
+
+def curve_figure(runs: Sequence[records.RunData], frame: pd.DataFrame, x: str, path: Path) -> None:
+    """Held-out success against rollouts (`x="rollouts"`) or training seconds per task:
+    the mean over seeds per method, shaded +- one standard error."""
+    tasks = list(dict.fromkeys(frame.task))
+    colours = method_colours(sorted(set(frame.method)))
+    columns = min(3, len(tasks))
+    rows_n = math.ceil(len(tasks) / columns)
+    figure, axes = plt.subplots(rows_n, columns, figsize=(5 * columns, 3.6 * rows_n), squeeze=False)
+    curves: dict[tuple[str, str], list[list[records.CurvePoint]]] = {}
+    for run in runs:
+        if run.training is None or not run.curve:
+            continue
+        curves.setdefault((run.env, method_name(run.config)), []).append(records.curve_points(run))
+    for index, task in enumerate(tasks):
+        axis = axes[index // columns][index % columns]
+        for method in sorted(set(frame[frame.task == task].method)):
+            seeds = curves.get((task, method), [])
+            length = min(len(points) for points in seeds)
+            xs = np.array([[getattr(p, x) for p in points[:length]] for points in seeds])
+            ys = np.array([[p.success_rate for p in points[:length]] for points in seeds])
+            mean, se = (
+                ys.mean(axis=0),
+                ys.std(axis=0, ddof=1) / math.sqrt(len(ys)) if len(ys) > 1 else 0,
+            )
+            axis.plot(xs.mean(axis=0), mean, marker=".", color=colours[method], label=method)
+            axis.fill_between(
+                xs.mean(axis=0), mean - se, mean + se, color=colours[method], alpha=0.15
+            )
+        axis.set_title(task, fontsize=9)
+        axis.set_xlabel("training rollouts" if x == "rollouts" else "training seconds")
+        axis.set_ylabel("held-out success")
+        axis.set_ylim(-0.05, 1.05)
+        axis.grid(alpha=0.3)
+    for index in range(len(tasks), rows_n * columns):
+        axes[index // columns][index % columns].axis("off")
+    axes[0][0].legend(fontsize=7)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def zero_variance_figure(frame: pd.DataFrame, path: Path) -> None:
+    """Observed fraction of zero-variance groups against p^G + (1 - p)^G, one dot per run."""
+    rows = frame.dropna(subset=["zero_std_groups", "predicted_zero_std"])
+    colours = method_colours(sorted(set(rows.method)))
+    figure, axis = plt.subplots(figsize=(5.5, 5))
+    for (env, method), group in rows.groupby(["env", "method"]):
+        axis.scatter(
+            group.predicted_zero_std,
+            group.zero_std_groups,
+            color=colours[method],
+            marker={"KeyDoor-v0": "o", "Umbrella-v0": "s"}.get(env, "^"),
+            alpha=0.7,
+            label=f"{method} · {env}",
+        )
+    axis.plot([0, 1], [0, 1], color="grey", linestyle="--", linewidth=1)
+    axis.set_xlabel("predicted from success rate: p^G + (1 - p)^G")
+    axis.set_ylabel("observed zero-variance groups")
+    axis.set_xlim(-0.02, 1.02)
+    axis.set_ylim(-0.02, 1.02)
+    axis.legend(fontsize=6)
+    axis.grid(alpha=0.3)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+# ------------------------------------------------------------------------------ tables
+def _value(value: Any, digits: int = 0) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    return f"{value:.{digits}f}"
+
+
+def markdown(
+    frame: pd.DataFrame,
+    summary: pd.DataFrame,
+    pairs: pd.DataFrame,
+    untrained: Mapping[str, float],
+    source: Path,
+) -> str:
+    """study.md."""
+    lines = [
+        "# The reference study",
+        "",
+        f"Built by `python -m benchmarks.study --runs {source}` from the run folders of "
+        "`benchmarks/configs/study.toml`; do not edit by hand. Final success: held-out "
+        "evaluation after training; AUC: area under the held-out learning curve over rollouts "
+        "(1.0 = perfect from the start). Intervals: stratified bootstrap 95 % over seeds "
+        "(Agarwal et al. 2021, arXiv 2108.13264).",
+        "",
+    ]
+    for task, rows in summary.groupby("task", sort=False):
+        baseline = untrained.get(task)
+        lines += [
+            f"## {task}",
+            "",
+            f"Untrained policy: {100 * baseline:.1f} % success." if baseline is not None else "",
+            "",
+            "| method | seeds | final success % (mean [95 % CI]) | IQM % | AUC % | reached 50 % | "
+            "median rollouts to 50 % | reached 80 % | median rollouts to 80 % | "
+            "median train s to 80 % |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        for row in rows.itertuples(index=False):
+            lines.append(
+                f"| {row.method} | {row.seeds} | {row.final_success_mean.text(100)} | "
+                f"{row.final_success_iqm.text(100)} | {row.auc_mean.text(100)} | "
+                f"{row.reached_50} | {_value(row.median_rollouts_to_50)} | {row.reached_80} | "
+                f"{_value(row.median_rollouts_to_80)} | {_value(row.median_seconds_to_80)} |"
+            )
+        lines.append("")
+    if not pairs.empty:
+        lines += [
+            "## Probability of improvement (final success), per env over its tasks",
+            "",
+            "P(X > Y): the chance that a run of X ends with higher held-out success than a "
+            "run of Y on the same task; a difference is called real when the 95 % interval "
+            "excludes 0.5.",
+            "",
+            "| env | X | Y | tasks | seeds | P(X > Y) [95 % CI] | verdict |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for row in pairs.itertuples(index=False):
+            p = row.p_x_beats_y
+            verdict = (
+                f"{row.x} better" if p.low > 0.5 else f"{row.y} better" if p.high < 0.5 else "tie"
+            )
+            lines.append(
+                f"| {row.env} | {row.x} | {row.y} | {row.tasks} | {row.seeds} | "
+                f"{p.text(digits=2)} | {verdict} |"
+            )
+        lines.append("")
+    zero = frame.dropna(subset=["zero_std_groups", "predicted_zero_std"])
+    if not zero.empty:
+        lines += [
+            "## Zero-variance groups: observed against p^G + (1 - p)^G",
+            "",
+            "| env | method | runs | observed (mean) | predicted (mean) | zero-gradient steps |",
+            "|---|---|---|---|---|---|",
+        ]
+        for (env, method), rows in zero.groupby(["env", "method"]):
+            lines.append(
+                f"| {env} | {method} | {len(rows)} | {rows.zero_std_groups.mean():.3f} | "
+                f"{rows.predicted_zero_std.mean():.3f} | {rows.zero_grad_fraction.mean():.3f} |"
+            )
+        lines.append("")
+    return "\n".join(lines)
+
+
+def build(args: StudyArgs) -> pd.DataFrame:
+    runs = records.load_runs(args.runs)
+    frame = runs_table(runs)
+    summary = task_summary(frame, args.reps)
+    pairs = improvement_pairs(frame, "final_success", args.reps)
+    args.out.mkdir(parents=True, exist_ok=True)
+    frame.to_csv(args.out / "runs.csv", index=False)
+    (args.out / "study.md").write_text(
+        markdown(frame, summary, pairs, baselines(runs), args.runs), encoding="utf-8"
+    )
+    horizon_figure(frame, summary, args.out / "credit_vs_horizon.png")
+    curve_figure(runs, frame, "rollouts", args.out / "learning_curves.png")
+    curve_figure(runs, frame, "train_seconds", args.out / "learning_curves_wallclock.png")
+    zero_variance_figure(frame, args.out / "zero_variance_groups.png")
+    return frame
+
+
+@exit_on_usage_error
+def main(argv: list[str] | None = None) -> int:
+    args = tyro.cli(StudyArgs, args=argv)
+    if not args.runs.is_dir():
+        raise UsageError(f"no run folder {args.runs}: run the study's sweep first")
+    frame = build(args)
+    print(f"{len(frame)} runs over {frame.task.nunique()} tasks -> {args.out}/study.md")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,147 @@
+"""The study report (benchmarks/study.py, benchmarks/stats.py) on run folders written by
+hand, with answers worked out by hand: curve area, rollouts to a threshold (a run that
+never reaches it is slower than any that does), the zero-variance prediction, intervals
+and the probability of improvement."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from benchmarks import records, stats, study
+
+ENV_ID = "creditgym/KeyDoor-v0"
+
+
+def write_run(root, name, seed, credit, curve, success, group_size=8, delay=4):
+    """A finished training run: 3 iterations of 32 rollouts (one optimiser step each, 10 s
+    each), a curve point after each, `success` of 4 final evaluation episodes."""
+    run_dir = root / name
+    run_dir.mkdir(parents=True)
+    config = {
+        "env_id": ENV_ID,
+        "env_options": [f"delay={delay}", "variance=high"],
+        "max_episode_steps": delay + 4,
+        "seed": seed,
+        "credit": credit,
+        "trainer": "policy_gradient",
+        "credit_convention": "creditgym",
+        "eval_episodes": 4,
+        "method_group_size": group_size,
+        "method_config": {"model": "small", "trainer": "policy_gradient", "credit": credit},
+    }
+    (run_dir / records.CONFIG_FILE).write_text(json.dumps(config))
+    episodes = [
+        records.EpisodeRecord(
+            index=i, env=ENV_ID, split="test", task_id=f"t{i}", task_type="", seed=i,
+            method=credit, success=i < success, episode_return=0.0, steps=6, truncated=False,
+            tokens=10, train_step=3,
+        ).to_dict()
+        for i in range(4)
+    ]
+    (run_dir / records.EPISODES_FILE).write_text("".join(json.dumps(e) + "\n" for e in episodes))
+    metrics = [
+        {
+            "step": k + 1,
+            "iteration": k,
+            "rollout/num_trajectories": 32.0,
+            "rollout/success_rate": 0.5,
+            "time/rollout_s": 6.0,
+            "time/credit_s": 1.0,
+            "time/train_s": 3.0,
+            "charts/grad_norm_is_zero": float(k == 0),
+            "credit/frac_reward_zero_std": 0.25,
+        }
+        for k in range(3)
+    ]
+    (run_dir / records.METRICS_FILE).write_text("".join(json.dumps(m) + "\n" for m in metrics))
+    points = [
+        {"iteration": k, "optimizer_step": k, "episodes": 32.0, "success_rate": rate}
+        for k, rate in enumerate(curve)
+    ]
+    (run_dir / records.CURVE_FILE).write_text("".join(json.dumps(p) + "\n" for p in points))
+    (run_dir / records.TRAINING_FILE).write_text(json.dumps({"wall_seconds": 30.0}))
+    return run_dir
+
+
+def test_a_runs_line_has_the_area_the_thresholds_and_the_prediction_worked_out_by_hand(tmp_path):
+    write_run(tmp_path, "a", seed=0, credit="grpo", curve=[0.0, 0.5, 1.0, 1.0], success=3)
+    (run,) = records.load_runs(tmp_path)
+    points = records.curve_points(run)
+    assert [p.rollouts for p in points] == [0, 32, 64, 96]
+    assert [p.train_seconds for p in points] == [0.0, 10.0, 20.0, 30.0]
+    row = study.run_row(run)
+    # Trapezoids over 32 rollouts each: (0 + .5)/2 + (.5 + 1)/2 + (1 + 1)/2 = 2.0, over 3 widths.
+    assert row["auc"] == pytest.approx(2.0 / 3)
+    assert (row["rollouts_to_50"], row["seconds_to_50"]) == (32, 10.0)
+    assert (row["rollouts_to_80"], row["seconds_to_80"]) == (64, 20.0)
+    assert row["final_success"] == 0.75
+    assert row["horizon"] == 4 and row["method"] == "grpo"
+    assert row["zero_grad_fraction"] == pytest.approx(1 / 3)
+    # p = 0.5, G = 8: 2 * 0.5^8 predicted, 0.25 observed.
+    assert row["predicted_zero_std"] == pytest.approx(2 * 0.5**8)
+    assert row["zero_std_groups"] == 0.25
+
+
+def test_a_run_that_never_reaches_a_threshold_is_slower_than_any_that_does(tmp_path):
+    write_run(tmp_path, "a", seed=0, credit="grpo", curve=[0.0, 0.2, 0.9, 1.0], success=4)
+    write_run(tmp_path, "b", seed=1, credit="grpo", curve=[0.0, 0.1, 0.2, 0.3], success=1)
+    write_run(tmp_path, "c", seed=2, credit="grpo", curve=[0.0, 0.1, 0.2, 0.3], success=1)
+    frame = study.runs_table(records.load_runs(tmp_path))
+    assert frame.rollouts_to_80.tolist()[0] == 64 and frame.rollouts_to_80.isna().sum() == 2
+    (line,) = study.task_summary(frame, reps=200).itertuples(index=False)
+    assert line.reached_80 == "1/3"
+    # Two of three never reach 80 %: the median seed never reaches it.
+    assert line.median_rollouts_to_80 is None
+    assert line.final_success_mean.value == pytest.approx(0.5)
+
+
+def test_intervals_cover_the_estimate_and_shrink_with_agreeing_seeds():
+    rng = np.random.default_rng(0)
+    noisy = rng.uniform(0, 1, size=(5, 3))
+    mean, iqm = stats.mean_and_iqm({"m": noisy}, reps=500)["m"]
+    assert mean.value == pytest.approx(noisy.mean())
+    assert mean.low <= mean.value <= mean.high and iqm.low <= iqm.value <= iqm.high
+    (same,) = stats.mean_and_iqm({"m": np.full((5, 3), 0.4)}, reps=500).values()
+    assert same[0] == (pytest.approx(0.4), pytest.approx(0.4), pytest.approx(0.4))
+    with pytest.raises(ValueError, match="NaN"):
+        stats.mean_and_iqm({"m": np.array([[np.nan]])})
+
+
+def test_probability_of_improvement_is_the_pairwise_win_rate():
+    better = np.array([[0.9], [0.8], [0.7]])
+    worse = np.array([[0.1], [0.8], [0.2]])
+    # Pairs (x, y): 9 in all; x > y in 7, ties (0.8, 0.8) count one half, x < y in 1
+    # ((0.7, 0.8)): (7 + 0.5) / 9.
+    interval = stats.probability_of_improvement(better, worse, reps=500)
+    assert interval.value == pytest.approx(7.5 / 9)
+    assert interval.low <= interval.value <= interval.high
+    far = stats.probability_of_improvement(np.ones((5, 2)), np.zeros((5, 2)), reps=200)
+    assert far == (1.0, 1.0, 1.0) and far.excludes(0.5)
+
+
+def test_the_report_writes_its_tables_and_figures(tmp_path):
+    runs = tmp_path / "runs"
+    for seed in range(3):
+        for delay in (1, 4):
+            write_run(runs, f"g{seed}{delay}", seed, "grpo", [0.0, 0.5, 0.9, 1.0], 4, delay=delay)
+            write_run(runs, f"h{seed}{delay}", seed, "hp_rlvr", [0.0, 0.0, 0.1, 0.2], 1, 1, delay)
+    out = tmp_path / "report"
+    assert study.main(["--runs", str(runs), "--out", str(out), "--reps", "200"]) == 0
+    text = (out / "study.md").read_text()
+    assert "| grpo | hp_rlvr | 2 | 3 | 1.00 [1.00, 1.00] | grpo better |" in text
+    for figure in (
+        "credit_vs_horizon.png",
+        "learning_curves.png",
+        "learning_curves_wallclock.png",
+        "zero_variance_groups.png",
+    ):
+        assert (out / figure).stat().st_size > 10_000, figure
+    assert study.main(["--runs", str(tmp_path / "missing")]) == 2
+
+
+def test_iqm_is_the_mean_of_the_middle_half():
+    # 8 values: the 2 lowest and 2 highest are cut.
+    assert stats.iqm(np.array([[0.0, 100.0], [1.0, 2.0], [3.0, 4.0], [-50.0, 5.0]])) == 2.5
