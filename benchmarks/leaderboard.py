@@ -14,7 +14,9 @@ history length, sampling temperature, ...), so runs share a row only when they d
 nothing but the seed. Settings that differ between the rows of a table are columns; those
 the rows share are listed above it. A cell is the success rate in percent as mean +-
 standard error over the row's seeds (one run per seed; n = seeds), each run's rate over
-its evaluation episodes (BALROG reports the same way). A row's statistics (seeds,
+its evaluation episodes (BALROG reports the same way); under each table, which leads are
+real is decided by the probability of improvement's bootstrap interval
+(`benchmarks/stats.py`), not by the standard errors. A row's statistics (seeds,
 trajectory length, zero-gradient fraction, training time, rollouts) are over that
 table's runs only.
 """
@@ -30,26 +32,29 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import tyro
 
 from agents.atomic import atomic_write_text
-from benchmarks import plots, records
+from benchmarks import plots, records, stats
 from benchmarks.cli import UsageError, exit_on_usage_error
 
-# Two means closer than this many combined standard errors are reported as a tie.
-DISTINGUISHABLE_SE = 2.0
+# Fewer seeds than this in either row and the bootstrap is too coarse for a verdict.
+MIN_SEEDS_FOR_VERDICT = 3
 # Headers of the settings shown first (records.METHOD_FIELDS); others show their name.
 SETTING_HEADERS = {"group_size": "G"}
 
 
 @dataclass(frozen=True)
 class Cell:
-    """Success % over seeds: mean, standard error (None for one seed), seeds n."""
+    """Success % over seeds: mean, standard error (None for one seed), seeds n, and each
+    seed's own rate (ascending seed order), which the comparisons resample."""
 
     mean: float
     se: float | None
     n: int
+    runs: tuple[float, ...] = ()
 
     def text(self) -> str:
         spread = f" ± {self.se:.1f}" if self.se is not None else ""
@@ -129,12 +134,15 @@ def per_run_rates(episodes: pd.DataFrame) -> pd.DataFrame:
 
 def cells_of(rates: pd.DataFrame) -> dict[tuple[str, str, str], Cell]:
     """Mean, standard error (sample std / sqrt(n)) and n over a row's runs, per column."""
-    summary = rates.groupby(["task", "method", "column"])["success"].agg(["mean", "sem", "count"])
+    grouped = rates.groupby(["task", "method", "column"])["success"]
+    summary = grouped.agg(["mean", "sem", "count"])
+    per_run = grouped.apply(tuple)
     return {
         key: Cell(
             float(row["mean"]),
             None if math.isnan(row["sem"]) else float(row["sem"]),
             int(row["count"]),
+            tuple(float(rate) for rate in per_run[key]),
         )
         for key, row in summary.iterrows()
     }
@@ -274,7 +282,10 @@ def row_label(table: Table, section: Section, method: str) -> str:
 
 
 def comparisons(table: Table, section: Section) -> list[str]:
-    """Per split: the best row and which rows it does not beat beyond 2 s.e."""
+    """Per split: the best row and the rows it is not shown to beat: those whose
+    probability of improvement P(best > other) has a 95 % stratified-bootstrap interval
+    reaching down to 0.5 (Agarwal et al. 2021, arXiv 2108.13264; `benchmarks/stats.py`),
+    or with fewer than MIN_SEEDS_FOR_VERDICT seeds."""
     lines = []
     for column in section.columns:
         ranked = sorted(
@@ -288,16 +299,19 @@ def comparisons(table: Table, section: Section) -> list[str]:
         ties = []
         for other in ranked[1:]:
             other_cell = table.cells[(section.task, other, column)]
-            if best_cell.se is None or other_cell.se is None:
-                ties.append(f"{row_label(table, section, other)} (n=1, cannot tell)")
+            label = row_label(table, section, other)
+            if min(best_cell.n, other_cell.n) < MIN_SEEDS_FOR_VERDICT:
+                ties.append(f"{label} (n={other_cell.n} vs {best_cell.n}, cannot tell)")
                 continue
-            gap = best_cell.mean - other_cell.mean
-            if gap <= DISTINGUISHABLE_SE * math.hypot(best_cell.se, other_cell.se):
-                ties.append(row_label(table, section, other))
+            improvement = stats.probability_of_improvement(
+                np.array(best_cell.runs)[:, None], np.array(other_cell.runs)[:, None]
+            )
+            if not improvement.low > 0.5:
+                ties.append(f"{label} (P = {improvement.text(digits=2)})")
         verdict = (
-            "does not beat " + "; ".join(ties) + " (within 2 s.e.)"
+            "is not shown to beat " + "; ".join(ties) + " (P(best > row), 95 % interval)"
             if ties
-            else "beats every other row by more than 2 standard errors"
+            else "beats every other row: each P(best > row) has a 95 % interval above 0.5"
         )
         lines.append(
             f"- {column}: best {row_label(table, section, best)} ({best_cell.text()}); {verdict}."

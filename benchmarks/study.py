@@ -46,6 +46,9 @@ from benchmarks.cli import UsageError, exit_on_usage_error
 from benchmarks.plots import method_colours
 
 THRESHOLDS = (0.5, 0.8)
+# Fewer seeds than this per method and task give a bootstrap too coarse for a verdict
+# (with one seed its interval is a single point).
+MIN_SEEDS_FOR_VERDICT = 3
 # The option that sets each instrument's horizon, and how the report names it.
 HORIZON_OPTIONS = {"KeyDoor-v0": "delay", "Umbrella-v0": "length"}
 
@@ -389,8 +392,11 @@ def markdown(
         lines += [
             f"## {task}",
             "",
-            f"Untrained policy: {100 * baseline:.1f} % success." if baseline is not None else "",
-            "",
+            *(
+                [f"Untrained policy: {100 * baseline:.1f} % success.", ""]
+                if baseline is not None
+                else []
+            ),
             "| method | seeds | final success % (mean [95 % CI]) | IQM % | AUC % | reached 50 % | "
             "median rollouts to 50 % | reached 80 % | median rollouts to 80 % | "
             "median train s to 80 % |",
@@ -418,7 +424,13 @@ def markdown(
         for row in pairs.itertuples(index=False):
             p = row.p_x_beats_y
             verdict = (
-                f"{row.x} better" if p.low > 0.5 else f"{row.y} better" if p.high < 0.5 else "tie"
+                f"cannot tell (fewer than {MIN_SEEDS_FOR_VERDICT} seeds)"
+                if row.seeds < MIN_SEEDS_FOR_VERDICT
+                else f"{row.x} better"
+                if p.low > 0.5
+                else f"{row.y} better"
+                if p.high < 0.5
+                else "tie"
             )
             lines.append(
                 f"| {row.env} | {row.x} | {row.y} | {row.tasks} | {row.seeds} | "

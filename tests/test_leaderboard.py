@@ -268,3 +268,42 @@ def test_reused_name_with_another_configuration_is_refused_before_any_work(
     assert {p.name: p.read_bytes() for p in run_dir.iterdir()} == before  # nothing relabelled
     assert run_module.main(["--model", "random", *common, "--eval-episodes", "3"]) == 0
     assert len(records.read_episodes(run_dir)) == 3  # the same configuration resumes
+
+
+def comparison_table(best_runs, other_runs):
+    """A one-task table of two rows with the given per-seed success %."""
+    settings = {
+        name: {"model": "small", "trainer": "policy_gradient", "credit": name,
+               "group_size": 8, "steps": 20}
+        for name in ("grpo", "hcapo")
+    }  # fmt: skip
+    cells = {
+        ("T", name, "test"): leaderboard.Cell(
+            statistics.fmean(runs), None, len(runs), tuple(runs)
+        )
+        for name, runs in (("grpo", best_runs), ("hcapo", other_runs))
+    }
+    section = leaderboard.Section(
+        task="T", columns=("test",), task_type_columns=(), methods=("grpo", "hcapo"),
+        shared={}, varying=(),
+    )  # fmt: skip
+    table = leaderboard.Table(
+        source=Path("runs"), run_count=6, sections=(section,), settings=settings,
+        cells=cells, stats={},
+    )  # fmt: skip
+    return table, section
+
+
+def test_a_lead_is_real_only_when_the_improvement_interval_clears_one_half():
+    # Every seed of grpo above every seed of hcapo: P(grpo > hcapo) = 1, interval [1, 1].
+    table, section = comparison_table([90.0, 95.0, 100.0], [10.0, 20.0, 30.0])
+    (line,) = leaderboard.comparisons(table, section)
+    assert "beats every other row" in line
+    # Overlapping seeds: a 5-point lead in the means is not shown to be real.
+    table, section = comparison_table([60.0, 20.0, 90.0], [50.0, 30.0, 70.0])
+    (line,) = leaderboard.comparisons(table, section)
+    assert "is not shown to beat small policy_gradient+hcapo" in line and "P = 0.56" in line
+    # Two seeds are too few for a verdict either way.
+    table, section = comparison_table([90.0, 100.0], [10.0, 20.0])
+    (line,) = leaderboard.comparisons(table, section)
+    assert "cannot tell" in line
