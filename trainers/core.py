@@ -284,7 +284,9 @@ class TrainerCore(abc.ABC):
             return
         if self.iteration in self.curve_log.iterations:
             return
-        point = evaluate_point(self.policy, self.env_id, self.sampling, curve)
+        point = evaluate_point(
+            self.policy, self.env_id, self.sampling, curve, self.config.env_workers
+        )
         self.curve_log.append(
             {"iteration": self.iteration, "optimizer_step": self.optimizer_step, **point}
         )

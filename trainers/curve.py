@@ -31,7 +31,7 @@ import numpy as np
 
 from agents.llm import LLMAgent, SamplingConfig
 from agents.models import LoadedModel
-from agents.rollout import collect
+from agents.rollout import EnvWorkers, collect
 
 CURVE_FILE = "curve.jsonl"
 
@@ -97,9 +97,14 @@ class CurveLog:
 
 
 def evaluate_point(
-    policy: LoadedModel, env_id: str, sampling: SamplingConfig, settings: CurveSettings
+    policy: LoadedModel,
+    env_id: str,
+    sampling: SamplingConfig,
+    settings: CurveSettings,
+    env_workers: EnvWorkers = "process",
 ) -> dict[str, float]:
-    """Play the held-out tasks once each with `policy`; success rate, return, length."""
+    """Play the held-out tasks once each with `policy` on the training run's kind of env
+    workers; success rate, return, length."""
     start = time.perf_counter()
     agent = LLMAgent(
         policy,
@@ -113,6 +118,7 @@ def evaluate_point(
         group_size=1,
         num_envs=min(settings.num_envs, len(settings.seeds)),
         env_kwargs=settings.env_kwargs,
+        env_workers=env_workers,
         progress=False,
     )
     return {
