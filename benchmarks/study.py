@@ -259,7 +259,10 @@ def horizon_figure(frame: pd.DataFrame, summary: pd.DataFrame, path: Path) -> bo
             (("final_success", "final held-out success"), ("auc", "area under the curve"))
         ):
             axis = axes[row_index][col]
-            for method in sorted(set(rows.method)):
+            methods = sorted(set(rows.method))
+            for rank, method in enumerate(methods):
+                # Each method a little apart along the log axis, so equal points stay visible.
+                nudge = 2 ** (0.05 * (rank - (len(methods) - 1) / 2))
                 cells = summary[summary.method == method].set_index("task")
                 points = (
                     rows[rows.method == method][["horizon", "task"]]
@@ -269,7 +272,7 @@ def horizon_figure(frame: pd.DataFrame, summary: pd.DataFrame, path: Path) -> bo
                 xs, ys, lows, highs = [], [], [], []
                 for horizon, task in points.itertuples(index=False):
                     mean = cells.loc[task, f"{column}_mean"]
-                    xs.append(horizon)
+                    xs.append(horizon * nudge)
                     ys.append(mean.value)
                     lows.append(mean.value - mean.low)
                     highs.append(mean.high - mean.value)
