@@ -200,12 +200,15 @@ def split_settings(
     """(settings with one value in every row they apply to, the other settings' names).
 
     A setting an evaluation-only row lacks (learning rate, ...) counts as shared when the
-    rows that have it agree."""
+    rows that have it agree. A training row that lacks one another training row has holds
+    its default (a run name leaves later options out at their defaults, e.g. GRPO's
+    `credit_convention`), so the setting varies."""
     keys = sorted({key for s in settings for key in s} - set(records.METHOD_FIELDS))
+    trained = [s for s in settings if s["trainer"] != "eval-only"]
     shared, varying = {}, []
     for key in keys:
         values = {json.dumps(s[key]) for s in settings if key in s}
-        if len(values) == 1:
+        if len(values) == 1 and all(key in s for s in trained):
             shared[key] = json.loads(values.pop())
         else:
             varying.append(key)

@@ -383,10 +383,11 @@ def load_runs(root: Path) -> list[RunData]:
 
 
 def setting_text(settings: Mapping[str, Any], key: str) -> str:
-    """One setting of a `method_config` as text: `–` where it does not apply (absent, or
-    G and steps of an evaluation-only run), `default` for an option left unset."""
+    """One setting of a `method_config` as text: `–` where it does not apply (absent from
+    an evaluation-only run, or its G and steps), `default` for an option left unset or,
+    in a training run, left out of the run's identity at its default."""
     if key not in settings:
-        return "–"
+        return "–" if settings["trainer"] == "eval-only" else "default"
     value = settings[key]
     if value is None:
         return "default"

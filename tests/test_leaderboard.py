@@ -307,3 +307,15 @@ def test_a_lead_is_real_only_when_the_improvement_interval_clears_one_half():
     table, section = comparison_table([90.0, 100.0], [10.0, 20.0])
     (line,) = leaderboard.comparisons(table, section)
     assert "cannot tell" in line
+
+
+def test_an_option_only_some_training_rows_name_is_a_column_not_a_shared_setting():
+    base = {"model": "small", "trainer": "policy_gradient", "credit": "gigpo",
+            "group_size": 8, "steps": 20, "learning_rate": 0.003}  # fmt: skip
+    peer = {**base, "credit_convention": "verl-agent"}
+    untrained = {"model": "small", "trainer": "eval-only", "credit": "none",
+                 "group_size": 0, "steps": 0}  # fmt: skip
+    shared, varying = leaderboard.split_settings([base, peer, untrained])
+    assert varying == ("credit_convention",) and shared == {"learning_rate": 0.003}
+    assert records.setting_text(base, "credit_convention") == "default"
+    assert records.setting_text(untrained, "credit_convention") == "–"
