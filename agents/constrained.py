@@ -13,6 +13,8 @@ re-score recorded actions under the exact distribution they were sampled from.
 
 from __future__ import annotations
 
+import weakref
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -88,6 +90,29 @@ def action_token_sequences(
     return [[*ids, tokenizer.eos_token_id] for ids in encoded]
 
 
+# Tries built per tokenizer, least recently used first. The sampler builds one per step and
+# the trainer rebuilds the same ones to re-score: tokenising the commands cost ~0.6 s of a
+# 3.4 s KeyDoor iteration of `small` (benchmarks/perf/bench_small.py) before this cache.
+_TRIES: weakref.WeakKeyDictionary[PreTrainedTokenizerBase, OrderedDict] = (
+    weakref.WeakKeyDictionary()
+)
+TRIE_CACHE_SIZE = 4096
+
+
 def build_action_trie(tokenizer: PreTrainedTokenizerBase, commands: Sequence[str]) -> TokenTrie:
-    """The constrained-decoding trie for one state's admissible commands."""
-    return TokenTrie(action_token_sequences(tokenizer, commands))
+    """The constrained-decoding trie for one state's admissible commands.
+
+    Cached per tokenizer on the command tuple (and the vocabulary size, so a tokenizer that
+    gains tokens is not served stale tries); a TokenTrie is never mutated after it is built.
+    """
+    key = (len(tokenizer), tuple(commands))
+    cache = _TRIES.setdefault(tokenizer, OrderedDict())
+    trie = cache.get(key)
+    if trie is None:
+        trie = TokenTrie(action_token_sequences(tokenizer, commands))
+        cache[key] = trie
+        if len(cache) > TRIE_CACHE_SIZE:
+            cache.popitem(last=False)
+    else:
+        cache.move_to_end(key)
+    return trie

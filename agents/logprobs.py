@@ -64,6 +64,43 @@ def sampling_logprobs(
     return logprobs
 
 
+# Padded tokens per teacher-forced forward pass. Per-call overhead dominates a small model
+# (`small`'s 10-step KeyDoor update was ~70 % Python and kernel launches at 8 rows per
+# pass); for a long-prompt LLM the budget still holds a chunk to a few rows.
+CHUNK_TOKENS = 4096
+
+
+def token_chunks(
+    rows: Sequence[int], lengths: Sequence[int], max_tokens: int, max_rows: int | None = None
+) -> list[list[int]]:
+    """Consecutive runs of `rows` whose padded size (count x longest) fits `max_tokens`.
+
+    Args:
+        rows: row indices, in order.
+        lengths: lengths[row] = tokens of that row.
+        max_tokens: budget of one chunk; a row longer than it forms a chunk alone.
+        max_rows: optional cap on rows per chunk.
+    Returns:
+        the chunks, covering `rows` in order.
+    """
+    if max_tokens < 1 or (max_rows is not None and max_rows < 1):
+        raise ValueError(f"chunk budgets must be >= 1 (got {max_tokens} tokens, {max_rows} rows)")
+    chunks: list[list[int]] = []
+    current: list[int] = []
+    widest = 0
+    for row in rows:
+        width = max(widest, lengths[row])
+        full = max_rows is not None and len(current) >= max_rows
+        if current and (full or (len(current) + 1) * width > max_tokens):
+            chunks.append(current)
+            current, width = [], lengths[row]
+        current.append(row)
+        widest = width
+    if current:
+        chunks.append(current)
+    return chunks
+
+
 def action_logprobs(
     model: nn.Module,
     batch: TokenBatch,
@@ -72,13 +109,16 @@ def action_logprobs(
     top_p: float = 1.0,
     constrained: bool = False,
     tokenizer: PreTrainedTokenizerBase | None = None,
-    chunk_size: int = 8,
+    chunk_size: int | None = None,
+    chunk_tokens: int = CHUNK_TOKENS,
 ) -> torch.Tensor:
     """Teacher-forced log-probs of every action token under the sampling distribution.
 
     Each row is re-packed with left padding (the layout the sampler used) and run
     through `model` with `logits_to_keep`, so only the action positions produce
-    vocabulary-sized logits; rows go through in chunks of `chunk_size` to bound memory.
+    vocabulary-sized logits; consecutive rows go through together in chunks of at most
+    `chunk_tokens` padded tokens (and at most `chunk_size` rows), which bounds memory for
+    long prompts and keeps a small model's many short rows to a few forward passes.
 
     Args:
         model: the causal LM (a Hugging Face model, possibly peft-wrapped), any device.
@@ -87,7 +127,9 @@ def action_logprobs(
             commands when `constrained`).
         temperature, top_p, constrained: the sampling settings the steps were drawn with.
         tokenizer: required when `constrained` (rebuilds the command trie).
-        chunk_size: rows per forward pass.
+        chunk_size: most rows per forward pass (None: only `chunk_tokens` bounds it).
+        chunk_tokens: most padded tokens (rows x longest row) per forward pass; a row
+            longer than this goes alone.
     Returns:
         [N, L] fp32, log pi(token) at action positions of `batch`, 0 elsewhere;
         differentiable with respect to the model's parameters.
@@ -104,8 +146,7 @@ def action_logprobs(
     action_lengths = batch.action_mask.sum(-1).long().tolist()
     policy_rows = [row for row in range(num_rows) if action_lengths[row] > 0]
     row_index, col_index, values = [], [], []
-    for start in range(0, len(policy_rows), chunk_size):
-        rows = policy_rows[start : start + chunk_size]
+    for rows in token_chunks(policy_rows, totals, chunk_tokens, chunk_size):
         width = max(totals[row] for row in rows)
         keep = max(action_lengths[row] for row in rows)
         input_ids = torch.zeros((len(rows), width), dtype=torch.long)

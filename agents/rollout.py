@@ -52,23 +52,44 @@ from agents.workers import (
     close_workers,
     pool_for,
 )
+from envs.registry import ENVS
 from envs.seeding import REPLICA_OPTION
 
 # `close_workers` belongs to the rollout's interface: callers stop the workers a `collect`
 # call left running without knowing the pool module.
-__all__ = ["ENV_WORKERS", "EnvWorkers", "RolloutStats", "close_workers", "collect"]
+__all__ = [
+    "ENV_WORKERS",
+    "EnvWorkers",
+    "RolloutStats",
+    "close_workers",
+    "collect",
+    "resolve_env_workers",
+]
 
 logger = logging.getLogger(__name__)
 
 # What an environment worker is: the `env_workers` option of `collect`, the trainers'
 # configs and `benchmarks.run`.
-EnvWorkers = Literal["process", "ray"]
+EnvWorkers = Literal["auto", "process", "inline", "ray"]
 # Each kind's pool, as "module:Class" imported on use: only a rollout on Ray actors imports
 # Ray (a GPU machine without it still runs every process-pool rollout).
 ENV_WORKERS: dict[str, str] = {
     "process": "agents.workers:WorkerPool",
+    "inline": "agents.workers:InlinePool",
     "ray": "agents.ray_workers:RayActorPool",
 }
+
+
+def resolve_env_workers(env_id: str, env_workers: str) -> str:
+    """ "auto" -> "inline" for an env registered as `in_process`, else "process"; any other
+    kind is returned as it is (ValueError if it is not one of ENV_WORKERS)."""
+    if env_workers == "auto":
+        info = ENVS.get(env_id.rpartition(":")[2])
+        return "inline" if info is not None and info.in_process else "process"
+    if env_workers not in ENV_WORKERS:
+        valid = ", ".join(["auto", *ENV_WORKERS])
+        raise ValueError(f"unknown env_workers {env_workers!r}; valid: {valid}")
+    return env_workers
 
 
 @dataclass(frozen=True)
@@ -151,7 +172,7 @@ def collect(
     step_timeout_s: float = 60.0,
     reset_grace_s: float = 0.5,
     progress: bool = True,
-    env_workers: EnvWorkers = "process",
+    env_workers: EnvWorkers = "auto",
 ) -> tuple[list[Trajectory], RolloutStats]:
     """Play `group_size` episodes of each task with up to `num_envs` envs at once.
 
@@ -170,8 +191,10 @@ def collect(
         reset_grace_s: once one reset is done and no step is outstanding, how long to
             wait for other resets to join the same batch.
         progress: show a tqdm bar (one tick per finished episode).
-        env_workers: "process" (one worker process per env) or "ray" (one Ray actor per
-            env, on the Ray cluster `ray.init()` joins).
+        env_workers: "process" (one worker process per env), "inline" (envs stepped in
+            this process; for pure in-memory envs), "ray" (one Ray actor per env, on the
+            Ray cluster `ray.init()` joins), or "auto": inline for envs registered as
+            `in_process` (`envs.registry.EnvInfo`), else process.
     Returns:
         Completed trajectories in task order (replicas in order) and `RolloutStats`.
     """
@@ -179,9 +202,8 @@ def collect(
         raise ValueError(f"group_size and num_envs must be >= 1 ({group_size}, {num_envs})")
     if options is not None and len(options) != len(seeds):
         raise ValueError(f"options has {len(options)} entries for {len(seeds)} seeds")
-    if env_workers not in ENV_WORKERS:
-        raise ValueError(f"unknown env_workers {env_workers!r}; valid: {', '.join(ENV_WORKERS)}")
     _check_env_id(env_id)
+    env_workers = resolve_env_workers(env_id, env_workers)
     start = time.perf_counter()
     queue = deque(
         _Task(

@@ -166,10 +166,12 @@ class RunConfig:
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     """Weight dtype of the policy; auto: float32 on a CPU (exact log-prob bookkeeping, fast
     CPU matmuls), bfloat16 on CUDA (what GPU training uses)."""
-    env_workers: EnvWorkers = "process"
-    """What runs each rollout env (training and evaluation): a worker process, or a Ray
-    actor on the Ray cluster `ray.init()` joins (RAY_ADDRESS, else a local Ray); the same
-    episodes either way, so not part of the run name."""
+    env_workers: EnvWorkers = "auto"
+    """What runs each rollout env (training and evaluation): a worker process, this
+    process (`inline`: pure in-memory envs), or a Ray actor on the Ray cluster `ray.init()`
+    joins (RAY_ADDRESS, else a local Ray); the same episodes either way, so not part of the
+    run name. auto: inline for KeyDoor and Umbrella (registered `in_process`), else a
+    process."""
 
 
 # Iterations of the demo preset: enough for `small` to learn KeyDoor's key at delay 8.

@@ -66,6 +66,7 @@ register_env(
         # own default limit (two spare turns at the door).
         max_episode_steps=12,
         markov=True,
+        in_process=True,
     ),
     entry_point="envs.keydoor.env:KeyDoorEnv",
 )
@@ -77,6 +78,7 @@ register_env(
         # cut the final reward, the only one the first action controls.
         max_episode_steps=10,
         markov=True,
+        in_process=True,
     ),
     entry_point="envs.umbrella.env:UmbrellaEnv",
 )

@@ -66,6 +66,9 @@ class EnvInfo:
             only when called, as Gymnasium's entry points are) mapping constructor kwargs
             to the `DataFingerprint` of the data that env would play, covering every split;
             None where all tasks live in the code or a pinned package.
+        in_process: the env is pure in-memory Python whose steps take microseconds and
+            cannot hang (no engine, no sandbox, no I/O), so rollouts with
+            `env_workers="auto"` step it in the caller's process instead of a worker.
     """
 
     id: str
@@ -77,6 +80,7 @@ class EnvInfo:
     markov: bool = False
     expert_kwargs: Mapping[str, Any] = field(default_factory=dict)
     data_fingerprint: str | None = None
+    in_process: bool = False
 
 
 ENVS: dict[str, EnvInfo] = {}

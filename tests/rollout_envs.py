@@ -7,12 +7,15 @@
 from __future__ import annotations
 
 import os
+import random
 import time
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import gymnasium as gym
 from gymnasium import register
 
+from agents.base import AgentAction, AgentInput
 from envs.spaces import text_space
 
 MOVES = ("go left", "go right", "wait")
@@ -81,3 +84,18 @@ class CorridorEnv(gym.Env):
 
 
 register(id="Corridor-v0", entry_point="tests.rollout_envs:CorridorEnv")
+
+
+class KeyedRandomAgent:
+    """Uniform over the admissible commands, drawn from (episode, step) alone, so that
+    the actions do not depend on which episodes share a round or finish first."""
+
+    name = "keyed-random"
+
+    def act(self, inputs: Sequence[AgentInput]) -> list[AgentAction]:
+        actions = []
+        for agent_input in inputs:
+            rng = random.Random(f"{agent_input.episode_key}/{len(agent_input.history)}")
+            action = rng.choice(agent_input.admissible_commands)
+            actions.append(AgentAction(action=action, response_text=action))
+        return actions

@@ -6,8 +6,13 @@ from __future__ import annotations
 import torch
 from transformers.modeling_layers import GradientCheckpointingLayer
 
-from agents.models import build_tiny
-from trainers.activation_checkpointing import recompute_activations
+from agents.models import build_small, build_tiny
+from trainers.activation_checkpointing import (
+    RECOMPUTE_ABOVE_BYTES,
+    activation_bytes,
+    needs_recompute,
+    recompute_activations,
+)
 
 
 def loss_and_grads(model, input_ids):
@@ -45,3 +50,19 @@ def test_checkpointed_update_recomputes_layers_and_gives_the_same_gradients():
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7)
     assert not model.training and not any(layer.training for layer in layers)
     assert not any(layer.gradient_checkpointing for layer in layers)
+
+
+def test_auto_recomputes_only_where_the_activations_would_be_large():
+    small_config = build_small().model.config  # 64 wide, 2 layers, 4 heads
+    keydoor_micro_batch = [95] * 330  # a 32-rollout KeyDoor update: 330 steps of ~95 tokens
+    kept = activation_bytes(small_config, keydoor_micro_batch)
+    # by hand: 4 bytes x 2 layers x 330 x (95 x (16 x 64 + 4 x 128) + 2 x 4 x 95^2)
+    assert kept == 4 * 2 * 330 * (95 * (16 * 64 + 4 * 128) + 2 * 4 * 95 * 95)
+    assert kept < RECOMPUTE_ABOVE_BYTES
+    assert not needs_recompute(None, build_small().model, keydoor_micro_batch)
+    # `tiny`'s byte-level SysDiag rows (~3,400 tokens): one 6-step trajectory is over 1 GiB
+    assert needs_recompute(None, build_tiny().model, [3400] * 6)
+    assert needs_recompute(True, build_small().model, [1]) is True
+    assert needs_recompute(False, build_tiny().model, [3400] * 6) is False
+    # a model whose config does not say its sizes is always recomputed under auto
+    assert needs_recompute(None, torch.nn.Linear(2, 2), [1])

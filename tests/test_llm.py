@@ -8,10 +8,10 @@ import torch
 
 import tests.rollout_envs  # noqa: F401  (registers Corridor-v0 in this process)
 from agents.base import AgentInput
-from agents.constrained import TokenTrie, build_action_trie
+from agents.constrained import TokenTrie, action_token_sequences, build_action_trie
 from agents.episode import play_episode
 from agents.llm import LLMAgent, encode_prompt
-from agents.logprobs import action_logprobs, sampling_logprobs
+from agents.logprobs import action_logprobs, sampling_logprobs, token_chunks
 from agents.models import build_tiny
 from agents.parsing import parse_action
 from agents.prompts import messages_for_step
@@ -232,3 +232,28 @@ def test_prompt_keeps_only_the_last_history_pairs(tiny):
     history = tuple((f"obs {k}", f"act {k}") for k in range(4))
     content = agent.messages(AgentInput("e", "task", history, "now"))[0]["content"]
     assert "obs 2" in content and "obs 3" in content and "obs 1" not in content
+
+
+def test_token_chunks_cover_the_rows_in_order_within_the_budget():
+    lengths = {0: 10, 1: 10, 2: 30, 3: 5, 4: 100, 5: 1}
+    rows = list(lengths)
+    assert token_chunks(rows, lengths, 40) == [[0, 1], [2], [3], [4], [5]]
+    # padded size counts: [0, 1, 2] would be 3 x 30 = 90 > 60; [2, 3] is 2 x 30 = 60
+    assert token_chunks(rows, lengths, 60) == [[0, 1], [2, 3], [4], [5]]
+    assert token_chunks(rows, lengths, 10**6, max_rows=4) == [[0, 1, 2, 3], [4, 5]]
+    assert token_chunks(rows, lengths, 1) == [[row] for row in rows]  # too long: alone
+    with pytest.raises(ValueError, match="budgets"):
+        token_chunks(rows, lengths, 0)
+
+
+def test_action_tries_are_built_once_per_tokenizer_and_command_set(tiny):
+    commands = ["open door", "go north"]
+    first = build_action_trie(tiny.tokenizer, commands)
+    assert build_action_trie(tiny.tokenizer, tuple(commands)) is first
+    other = build_action_trie(tiny.tokenizer, ["go north", "open door"])  # order matters
+    assert other is not first
+    sequences = action_token_sequences(tiny.tokenizer, commands)
+    fresh = TokenTrie(sequences)
+    for sequence in sequences:  # the cached trie allows what a fresh one does, everywhere
+        for end in range(len(sequence) + 1):
+            assert first.allowed(sequence[:end]) == fresh.allowed(sequence[:end])

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import random
 import signal
 import threading
 import time
@@ -24,6 +23,7 @@ from agents.rollout import close_workers, collect
 from agents.workers import _POOLS
 from benchmarks import records, sweep
 from benchmarks.run import RunConfig, run, run_name, trainer_configs
+from tests.rollout_envs import KeyedRandomAgent
 
 CORRIDOR = "tests.rollout_envs:Corridor-v0"
 
@@ -35,21 +35,6 @@ def local_ray():
     yield
     close_workers()  # the actor pools, before the Ray they live on goes
     ray.shutdown()
-
-
-class KeyedRandomAgent:
-    """Uniform over the admissible commands, drawn from (episode, step) alone, so that
-    the actions do not depend on which episodes share a round or finish first."""
-
-    name = "keyed-random"
-
-    def act(self, inputs: Sequence[AgentInput]) -> list[AgentAction]:
-        actions = []
-        for agent_input in inputs:
-            rng = random.Random(f"{agent_input.episode_key}/{len(agent_input.history)}")
-            action = rng.choice(agent_input.admissible_commands)
-            actions.append(AgentAction(action=action, response_text=action))
-        return actions
 
 
 class KillingAgent(KeyedRandomAgent):
@@ -116,7 +101,7 @@ def test_a_hung_actor_is_killed_at_its_deadline_and_drops_only_its_episode(local
 
 
 def test_unknown_env_workers_is_a_clear_error():
-    with pytest.raises(ValueError, match="valid: process, ray"):
+    with pytest.raises(ValueError, match="valid: auto, process, inline, ray"):
         collect(CORRIDOR, KeyedRandomAgent(), [0], progress=False, env_workers="threads")
 
 

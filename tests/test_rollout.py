@@ -7,9 +7,10 @@ import envs
 import tests.rollout_envs  # noqa: F401  (registers Corridor-v0 in this process)
 from agents.base import ExpertAgent, RandomAgent
 from agents.episode import group_id, play_episode
-from agents.rollout import close_workers, collect
+from agents.rollout import close_workers, collect, resolve_env_workers
 from agents.workers import _POOLS, Failed, Reset, ResetDone, StepDone, TakeStep, WorkerPool
 from tests.registry_kwargs import REGISTRY_KWARGS
+from tests.rollout_envs import KeyedRandomAgent
 
 CORRIDOR = "tests.rollout_envs:Corridor-v0"
 
@@ -127,3 +128,39 @@ def test_a_worker_speaks_typed_messages_and_reports_env_errors_without_dying():
     finally:
         worker.close()
     assert not worker.is_alive()
+
+
+@pytest.mark.parametrize("env_id", ["creditgym/KeyDoor-v0", "creditgym/Umbrella-v0", CORRIDOR])
+def test_inline_envs_play_the_same_episodes_as_worker_processes(env_id):
+    kwargs = {"group_size": 3, "num_envs": 4, "progress": False}
+    # actions drawn from (episode, step) alone: rounds are composed differently on the two
+    inline, stats = collect(env_id, KeyedRandomAgent(), [1, 2], env_workers="inline", **kwargs)
+    process, _ = collect(env_id, KeyedRandomAgent(), [1, 2], env_workers="process", **kwargs)
+    assert stats.num_trajectories == 6 and inline == process
+
+
+def test_auto_runs_only_the_in_memory_envs_inline():
+    assert resolve_env_workers("creditgym/KeyDoor-v0", "auto") == "inline"
+    assert resolve_env_workers("creditgym/Umbrella-v0", "auto") == "inline"
+    for env_id in ("creditgym/SysDiag-v0", "creditgym/CodeExec-v1", "creditgym/ALFWorld-v0"):
+        assert resolve_env_workers(env_id, "auto") == "process"
+    assert resolve_env_workers(CORRIDOR, "auto") == "process"  # not registered in_process
+    assert resolve_env_workers(CORRIDOR, "ray") == "ray"
+    with pytest.raises(ValueError, match=r"unknown env_workers 'threads'.*auto, process"):
+        resolve_env_workers(CORRIDOR, "threads")
+
+
+def test_an_inline_env_error_drops_only_its_episodes():
+    trajectories, stats = collect(
+        CORRIDOR,
+        ExpertAgent(),
+        [1, 2, 3],
+        group_size=2,
+        num_envs=3,
+        env_kwargs={"fault": "raise", "fault_seed": 2},
+        env_workers="inline",
+        progress=False,
+    )
+    assert [t.seed for t in trajectories] == [1, 1, 3, 3]
+    assert len(stats.dropped) == 2
+    assert all("RuntimeError: simulated env crash" in line for line in stats.dropped)

@@ -18,7 +18,7 @@ import torch
 
 from agents.llm import SamplingConfig
 from agents.models import build_tiny
-from agents.trajectory import Trajectory
+from agents.trajectory import Step, Trajectory
 from credit.base import CreditOutput
 from credit.grpo import GRPO
 from credit.hp_rlvr import HPRLVR
@@ -29,6 +29,7 @@ from trainers.policy_gradient import (
     LoraSettings,
     PolicyGradientConfig,
     PolicyGradientTrainer,
+    micro_batches,
 )
 from trainers.sft import SFT_METRICS
 
@@ -112,7 +113,10 @@ def test_gradient_accumulation_matches_a_single_pass(tmp_path):
     gradients, norms = [], []
     for micro in (1, 8):
         loaded = build_tiny()
-        config = small_config(micro_batch_trajectories=micro, length_normalise=True)
+        # a token budget no trajectory reaches: `micro` alone decides the split
+        config = small_config(
+            micro_batch_trajectories=micro, micro_batch_tokens=10**7, length_normalise=True
+        )
         trainer = PolicyGradientTrainer(
             loaded, RuleBased(), ENV_ID, ENV_KWARGS, AGENT, config, tmp_path / str(micro)
         )
@@ -135,6 +139,38 @@ def test_gradient_accumulation_matches_a_single_pass(tmp_path):
     assert (single - accumulated).norm() <= 1e-5 * scale
     # The bound separates a correct accumulation from a wrongly scaled one.
     assert (single - accumulated * 8).norm() > 1.0 * scale
+
+
+def test_micro_batches_split_by_trajectory_count_and_token_budget():
+    def trajectory(*lengths):  # one step per length, its tokens split prompt / action
+        steps = [
+            Step(
+                observation="o",
+                action="a",
+                prompt_token_ids=(1,) * (n - 1),
+                action_token_ids=(2,),
+                action_logprobs=(-0.5,),
+            )
+            for n in lengths
+        ]
+        return Trajectory(
+            env_id="e",
+            task_id="t",
+            seed=0,
+            group_id="g",
+            task="",
+            initial_observation="",
+            steps=tuple(steps),
+            success=False,
+        )
+
+    batch = [trajectory(10, 10), trajectory(30), trajectory(5), trajectory(100), trajectory(1)]
+    # tokens per trajectory: 20, 30, 5, 100, 1
+    assert micro_batches(batch, 32, 40) == [slice(0, 1), slice(1, 3), slice(3, 4), slice(4, 5)]
+    assert micro_batches(batch, 2, 10**6) == [slice(0, 2), slice(2, 4), slice(4, 5)]
+    # a trajectory over the budget goes alone, never dropped
+    assert micro_batches(batch, 32, 1) == [slice(i, i + 1) for i in range(5)]
+    assert micro_batches([], 4, 100) == []
 
 
 def test_lora_changes_the_adapter_and_leaves_base_weights_untouched(tmp_path):

@@ -13,11 +13,16 @@ transformers checkpoints a `GradientCheckpointingLayer` only while that layer's
 anywhere, so re-scored log-probs match the sampled ones). `recompute_activations` sets
 the flag on the decoder layers alone -- their submodules (attention dropout, LoRA
 dropout) stay in eval mode -- and restores every layer as it was afterwards.
+
+For a model as small as `small` (64 wide, 2 layers) the recompute buys nothing: a
+32-rollout KeyDoor micro-batch keeps ~80 MB, and the extra forward was a fifth of the
+iteration (benchmarks/perf/bench_small.py). `needs_recompute` estimates what a micro-batch
+would keep and recomputes only above `RECOMPUTE_ABOVE_BYTES` (the trainers' "auto").
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from functools import partial
 
@@ -59,3 +64,42 @@ def recompute_activations(model: nn.Module) -> Iterator[int]:
                 layer.__dict__.pop("_gradient_checkpointing_func", None)
             else:
                 layer._gradient_checkpointing_func = func
+
+
+# Recompute when a micro-batch's kept activations would exceed this (the "auto" setting).
+RECOMPUTE_ABOVE_BYTES = 1 << 30
+
+
+def activation_bytes(config: object, row_lengths: Sequence[int], dtype_bytes: int = 4) -> int:
+    """Rough bytes a forward with gradients keeps for backward, over rows of these lengths.
+
+    Per decoder layer and token, ~16 hidden-size and 4 intermediate-size values (the
+    projections, norms and MLP inputs), plus 2 x heads x L attention values per token
+    where the kernel keeps the probabilities. An estimate to choose recompute by, not a
+    measurement; None-valued or missing config fields make it infinite (recompute).
+
+    Args:
+        config: a transformers model config (hidden_size, intermediate_size,
+            num_hidden_layers, num_attention_heads).
+        row_lengths: tokens of each row of the micro-batch.
+        dtype_bytes: bytes per activation value.
+    """
+    names = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads")
+    values = [getattr(config, name, None) for name in names]
+    if any(not isinstance(value, int) for value in values):
+        return 1 << 62
+    hidden, intermediate, layers, heads = values
+    per_layer = sum(
+        length * (16 * hidden + 4 * intermediate) + 2 * heads * length * length
+        for length in row_lengths
+    )
+    return dtype_bytes * layers * per_layer
+
+
+def needs_recompute(setting: bool | None, model: nn.Module, row_lengths: Sequence[int]) -> bool:
+    """Whether to recompute activations for one micro-batch: `setting` when given, else
+    ("auto") whether `activation_bytes` exceeds RECOMPUTE_ABOVE_BYTES."""
+    if setting is not None:
+        return setting
+    config = getattr(model, "config", None)
+    return activation_bytes(config, row_lengths) > RECOMPUTE_ABOVE_BYTES

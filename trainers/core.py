@@ -32,7 +32,7 @@ from peft import LoraConfig, PeftModel, get_peft_model
 from agents.llm import LLMAgent, SamplingConfig
 from agents.models import LoadedModel
 from agents.parsing import is_valid_action
-from agents.rollout import EnvWorkers, collect
+from agents.rollout import EnvWorkers, collect, resolve_env_workers
 from agents.trajectory import TokenBatch, Trajectory
 from credit.base import CreditModule, CreditOutput, NonFiniteError, check_finite_advantages
 from trainers.checkpoint import (
@@ -47,6 +47,9 @@ from trainers.checkpoint import (
 from trainers.curve import CurveLog, CurveSettings, evaluate_point
 
 # Models small enough that `finetune="auto"` trains every weight instead of a LoRA adapter.
+# Worker processes of a rollout when `num_envs` is None and the env runs in workers (the
+# trainers' fixed default before in-process envs; each worker is a whole process).
+WORKER_ENVS = 8
 FULL_FINETUNE_MODELS = frozenset({"tiny", "small", "small-warm"})
 
 # Trainer counters saved in checkpoints and restored on resume.
@@ -104,7 +107,7 @@ class TrainerSettings(Protocol):
 
     group_size: int
     task_pool: int
-    num_envs: int
+    num_envs: int | None
     env_workers: EnvWorkers
     learning_rate: float
     weight_decay: float
@@ -306,6 +309,17 @@ class TrainerCore(abc.ABC):
             return rng.sample(range(self.config.task_pool), n)
         return [derive_seed(self.config.seed, iteration, "task", j) for j in range(n)]
 
+    def rollout_envs(self) -> int:
+        """Envs stepped together: `config.num_envs`, or when None every rollout of the
+        iteration for in-process envs (`agents.rollout.resolve_env_workers`) and
+        WORKER_ENVS worker processes otherwise."""
+        config = self.config
+        if config.num_envs is not None:
+            return config.num_envs
+        if resolve_env_workers(self.env_id, config.env_workers) == "inline":
+            return config.num_tasks * config.group_size
+        return WORKER_ENVS
+
     def rollout_and_credit(self) -> RolloutPhase:
         """Roll out this iteration's tasks with the current policy and score them."""
         config, iteration = self.config, self.iteration
@@ -322,7 +336,7 @@ class TrainerCore(abc.ABC):
             agent,
             seeds=self.task_seeds(iteration),
             group_size=config.group_size,
-            num_envs=config.num_envs,
+            num_envs=self.rollout_envs(),
             env_workers=config.env_workers,
             env_kwargs=self.env_kwargs,
         )

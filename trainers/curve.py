@@ -101,7 +101,7 @@ def evaluate_point(
     env_id: str,
     sampling: SamplingConfig,
     settings: CurveSettings,
-    env_workers: EnvWorkers = "process",
+    env_workers: EnvWorkers = "auto",
 ) -> dict[str, float]:
     """Play the held-out tasks once each with `policy` on the training run's kind of env
     workers; success rate, return, length."""

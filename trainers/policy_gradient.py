@@ -64,7 +64,7 @@ from agents.models import LoadedModel
 from agents.rollout import EnvWorkers
 from agents.trajectory import TokenBatch, Trajectory
 from credit.base import CreditModule
-from trainers.activation_checkpointing import recompute_activations
+from trainers.activation_checkpointing import needs_recompute, recompute_activations
 from trainers.core import (
     OPTIMIZER_STEP_METRICS,
     ROLLOUT_METRICS,
@@ -118,11 +118,15 @@ class PolicyGradientConfig:
     task_pool: int = 0
     """Draw task seeds from range(task_pool) without replacement each iteration, so tasks
     repeat across iterations; 0 = a fresh seed for every task."""
-    num_envs: int = 8
-    """Environments stepped together during rollouts."""
-    env_workers: EnvWorkers = "process"
-    """What runs each rollout env: a worker process, or a Ray actor (on the Ray cluster
-    `ray.init()` joins); the same trajectories either way."""
+    num_envs: int | None = None
+    """Environments stepped together during rollouts (the largest generation batch).
+    None: every rollout of the iteration at once where the envs run in-process (free to
+    add), else 8 worker processes (`TrainerCore.rollout_envs`)."""
+    env_workers: EnvWorkers = "auto"
+    """What runs each rollout env: a worker process, the trainer's own process (pure
+    in-memory envs), or a Ray actor (on the Ray cluster `ray.init()` joins); the same
+    trajectories either way. auto: in-process for envs registered `in_process` (KeyDoor,
+    Umbrella), else a process (`agents.rollout.resolve_env_workers`)."""
     learning_rate: float = 1e-5
     """AdamW learning rate (the papers use 1e-6 for full fine-tuning of 1.5B-7B models)."""
     weight_decay: float = 0.0
@@ -133,18 +137,23 @@ class PolicyGradientConfig:
     """Optimisation passes over each iteration's batch."""
     num_minibatches: int = 1
     """Optimiser steps per pass (the trajectories are split into this many minibatches)."""
-    micro_batch_trajectories: int = 1
-    """Trajectories per forward/backward pass; gradients accumulate over micro-batches.
-    Default 1: a backward keeps [heads, L, L] attention per row and layer, and `tiny`'s
-    byte-level SysDiag prompts reach L ~ 3,400, so 8 trajectories x 6 steps took > 20 GiB;
-    on a CPU larger micro-batches buy little speed anyway."""
+    micro_batch_trajectories: int = 32
+    """Most trajectories per forward/backward pass; gradients accumulate over micro-batches."""
+    micro_batch_tokens: int = 4096
+    """Most tokens (prompt + action, summed over a micro-batch's steps) per forward/backward
+    pass; a trajectory longer than this goes alone. Memory grows with it: a backward keeps
+    [heads, L, L] attention per row and layer, and `tiny`'s byte-level SysDiag prompts
+    reach L ~ 3,400, so 8 such trajectories x 6 steps took > 20 GiB (one per pass now).
+    Speed too: `small`'s short KeyDoor rows, one trajectory per pass, spent most of the
+    update in per-call overhead (benchmarks/perf/bench_small.py)."""
     max_grad_norm: float = 1.0
     """Gradient-norm clip (the norm before clipping is logged)."""
-    activation_checkpointing: bool = True
+    activation_checkpointing: bool | None = None
     """Recompute each decoder layer's activations in backward instead of keeping them
     (`trainers/activation_checkpointing.py`): the same gradients for one more forward,
     and a small fraction of the memory (a default HP-RLVR run on smollm2-135m went past
-    22 GB without it)."""
+    22 GB without it). None (auto): per micro-batch, recompute when its estimated
+    activations exceed 1 GiB (`needs_recompute`; `small` on KeyDoor does not)."""
     kl_coef: float = 0.0
     """beta of the k3 KL penalty to the starting policy (papers: 0.01; 0 skips the
     reference forward pass, which costs one extra forward per micro-batch)."""
@@ -183,10 +192,11 @@ class PolicyGradientConfig:
             "group_size": self.group_size,
             "tasks_per_step": self.tasks_per_step,
             "reference_group_size": self.reference_group_size,
-            "num_envs": self.num_envs,
+            "num_envs": 1 if self.num_envs is None else self.num_envs,
             "ppo_epochs": self.ppo_epochs,
             "num_minibatches": self.num_minibatches,
             "micro_batch_trajectories": self.micro_batch_trajectories,
+            "micro_batch_tokens": self.micro_batch_tokens,
             "checkpoint_every": self.checkpoint_every,
         }
         for name, value in positive.items():
@@ -212,6 +222,28 @@ class PolicyGradientConfig:
             )
         if self.num_minibatches > self.num_tasks * self.group_size:
             raise ValueError("num_minibatches cannot exceed the rollouts per iteration")
+
+
+def micro_batches(
+    trajectories: Sequence[Trajectory], max_trajectories: int, max_tokens: int
+) -> list[slice]:
+    """Consecutive runs of `trajectories` of at most `max_trajectories` and `max_tokens`.
+
+    A trajectory's tokens are its steps' prompt + action ids; one longer than `max_tokens`
+    forms a micro-batch alone. Returns slices covering range(len(trajectories)) in order.
+    """
+    slices: list[slice] = []
+    start, tokens = 0, 0
+    for index, trajectory in enumerate(trajectories):
+        size = sum(len(s.prompt_token_ids) + len(s.action_token_ids) for s in trajectory.steps)
+        count = index - start
+        if count and (count >= max_trajectories or tokens + size > max_tokens):
+            slices.append(slice(start, index))
+            start, tokens = index, 0
+        tokens += size
+    if len(trajectories) > start:
+        slices.append(slice(start, len(trajectories)))
+    return slices
 
 
 def token_weights(batch: TokenBatch, length_normalise: bool) -> torch.Tensor:
@@ -328,6 +360,45 @@ class PolicyGradientTrainer(TrainerCore):
                     return self._policy_logprobs(self.policy.model, batch, trajectories)
             return self._policy_logprobs(self.reference, batch, trajectories)
 
+    def _micro_batch_loss(
+        self,
+        micro: Sequence[Trajectory],
+        weights: torch.Tensor,
+        all_advantages: torch.Tensor,
+        row: int,
+    ) -> dict[str, float]:
+        """Forward and backward of one micro-batch whose rows start at `row` of the full
+        batch; returns its loss sums and "rows" (how many rows it had)."""
+        config = self.config
+        device = weights.device
+        batch = to_device(TokenBatch.from_trajectories(micro, self.pad_token_id), device)
+        rows = slice(row, row + batch.input_ids.shape[0])
+        width = batch.input_ids.shape[1]
+        # The micro-batch is padded to its own longest row; the full batch may be wider.
+        weight = weights[rows, :width]
+        advantages = all_advantages[rows, :width]
+        mask = batch.action_mask
+        new_logprobs = self._policy_logprobs(self.policy.model, batch, micro)
+        policy_loss, clipped = clipped_surrogate(
+            new_logprobs, batch.old_logprobs, advantages, config.clip_eps
+        )
+        loss = (weight * policy_loss).sum()
+        kl_sum = 0.0
+        if config.kl_coef > 0:
+            kl = k3_kl(new_logprobs, self._reference_logprobs(batch, micro)) * mask
+            loss = loss + config.kl_coef * (weight * kl).sum()
+            kl_sum = float((weight * kl).sum().detach())
+        self.check_finite_loss(loss, micro)
+        loss.backward()
+        return {
+            "rows": batch.input_ids.shape[0],
+            "policy": float((weight * policy_loss).sum().detach()),
+            "kl": kl_sum,
+            "clip": float((clipped * mask).sum()),
+            # Monte Carlo entropy of the sampling distribution: E_{y~pi}[-log pi(y)].
+            "entropy": float((-batch.old_logprobs * mask).sum()),
+        }
+
     def _optimiser_step(
         self, trajectories: Sequence[Trajectory], token_advantages: Sequence[Sequence[np.ndarray]]
     ) -> dict[str, float]:
@@ -340,39 +411,27 @@ class PolicyGradientTrainer(TrainerCore):
         self.optimizer.zero_grad(set_to_none=True)
         sums = {"policy": 0.0, "kl": 0.0, "clip": 0.0, "entropy": 0.0}
         row = 0
-        # Recomputing activations in backward keeps a micro-batch's memory small.
-        checkpointing = config.activation_checkpointing
-        starts = range(0, len(trajectories), config.micro_batch_trajectories)
-        with (
-            recompute_activations(self.policy.model) if checkpointing else nullcontext(),
-            # The update of a CPU run takes minutes: show it like the rollout and evaluation.
-            tqdm(total=len(starts), desc="update", unit="micro-batch", leave=False) as bar,
-        ):
-            for start in starts:
-                micro = trajectories[start : start + config.micro_batch_trajectories]
-                batch = to_device(TokenBatch.from_trajectories(micro, self.pad_token_id), device)
-                rows = slice(row, row + batch.input_ids.shape[0])
-                row = rows.stop
-                width = batch.input_ids.shape[1]
-                # The micro-batch is padded to its own longest row; the full batch may be wider.
-                weight = weights[rows, :width]
-                advantages = all_advantages[rows, :width]
-                mask = batch.action_mask
-                new_logprobs = self._policy_logprobs(self.policy.model, batch, micro)
-                policy_loss, clipped = clipped_surrogate(
-                    new_logprobs, batch.old_logprobs, advantages, config.clip_eps
+        parts = micro_batches(
+            trajectories, config.micro_batch_trajectories, config.micro_batch_tokens
+        )
+        # The update of a CPU run takes minutes: show it like the rollout and evaluation.
+        with tqdm(total=len(parts), desc="update", unit="micro-batch", leave=False) as bar:
+            for part in parts:
+                micro = trajectories[part]
+                lengths = [
+                    len(s.prompt_token_ids) + len(s.action_token_ids)
+                    for trajectory in micro
+                    for s in trajectory.steps
+                ]
+                # Recomputing activations in backward keeps a large micro-batch's memory small.
+                recompute = needs_recompute(
+                    config.activation_checkpointing, self.policy.model, lengths
                 )
-                loss = (weight * policy_loss).sum()
-                if config.kl_coef > 0:
-                    kl = k3_kl(new_logprobs, self._reference_logprobs(batch, micro)) * mask
-                    loss = loss + config.kl_coef * (weight * kl).sum()
-                    sums["kl"] += float((weight * kl).sum().detach())
-                self.check_finite_loss(loss, micro)
-                loss.backward()
-                sums["policy"] += float((weight * policy_loss).sum().detach())
-                sums["clip"] += float((clipped * mask).sum())
-                # Monte Carlo entropy of the sampling distribution: E_{y~pi}[-log pi(y)].
-                sums["entropy"] += float((-batch.old_logprobs * mask).sum())
+                with recompute_activations(self.policy.model) if recompute else nullcontext():
+                    stats = self._micro_batch_loss(micro, weights, all_advantages, row)
+                row += stats.pop("rows")
+                for name, value in stats.items():
+                    sums[name] += value
                 bar.update(1)
         grad_norm = self.clip_and_step()
 

@@ -79,9 +79,11 @@ class SFTConfig:
     """Draw task seeds from range(task_pool) each round (tasks repeat); 0 = fresh seeds."""
     num_envs: int = 8
     """Environments stepped together during rollouts."""
-    env_workers: EnvWorkers = "process"
-    """What runs each rollout env: a worker process, or a Ray actor (on the Ray cluster
-    `ray.init()` joins); the same trajectories either way."""
+    env_workers: EnvWorkers = "auto"
+    """What runs each rollout env: a worker process, the trainer's own process (pure
+    in-memory envs), or a Ray actor (on the Ray cluster `ray.init()` joins); the same
+    trajectories either way. auto: in-process for envs registered `in_process` (KeyDoor,
+    Umbrella), else a process (`agents.rollout.resolve_env_workers`)."""
     min_credit: float = 0.0
     """Keep a step only when its step advantage is above this."""
     epochs_per_round: int = 2

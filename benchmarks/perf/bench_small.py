@@ -8,6 +8,9 @@ tasks, constrained decoding, full fine-tuning, the trainer's default micro-batch
     python -m benchmarks.perf.bench_small                    # small, 4 timed iterations
     python -m benchmarks.perf.bench_small --model tiny       # the byte-level model, for contrast
     python -m benchmarks.perf.bench_small --hidden-size 128  # another size of `small`
+    # the trainer's defaults before in-process envs and token-budget micro-batches:
+    python -m benchmarks.perf.bench_small --env-workers process --num-envs 8 \
+        --micro-batch-trajectories 1 --micro-batch-tokens 1 --activation-checkpointing True
 
 The first iteration pays one-off costs (rollout worker start-up, first-call allocation)
 and is reported apart; the table gives each later iteration's phases and the mean.
@@ -23,7 +26,7 @@ import torch
 import tyro
 
 from agents.models import SmallConfig, build_small, load_model
-from agents.rollout import close_workers
+from agents.rollout import EnvWorkers, close_workers, resolve_env_workers
 from benchmarks.perf.timing import Stopwatch, machine_state
 from credit.grpo import GRPO
 from trainers.policy_gradient import AgentConfig, PolicyGradientConfig, PolicyGradientTrainer
@@ -51,12 +54,17 @@ class BenchArgs:
     """Rollouts per task; tasks = 32 / group_size."""
     history_len: int = 0
     """(observation, action) pairs in the prompt; KeyDoor is Markov, 0 suffices."""
-    num_envs: int = 8
-    """Environments stepped together (worker processes; the trainer's default)."""
-    micro_batch_trajectories: int = 8
-    """Trajectories per forward / backward pass."""
-    activation_checkpointing: bool = True
-    """Recompute activations in backward (the trainer's default; buys nothing at this size)."""
+    num_envs: int | None = None
+    """Environments stepped together; None: the trainer's default (all 32 at once: KeyDoor
+    runs in-process)."""
+    env_workers: EnvWorkers = "auto"
+    """Where the envs run; auto: in this process for KeyDoor (the trainer's default)."""
+    micro_batch_trajectories: int = PolicyGradientConfig.micro_batch_trajectories
+    """Most trajectories per forward / backward pass (the trainer's default)."""
+    micro_batch_tokens: int = PolicyGradientConfig.micro_batch_tokens
+    """Most tokens per forward / backward pass (the trainer's default)."""
+    activation_checkpointing: bool | None = None
+    """Recompute activations in backward; None: the trainer's auto (off at this size)."""
     threads: int = 1
     """torch CPU threads; 1 by default: on a shared 2-core machine a second OpenMP thread
     spin-waits for a core someone else holds (measured 20x slower under load)."""
@@ -84,8 +92,10 @@ def main(config: BenchArgs) -> None:
         tasks_per_step=32 // 8,
         reference_group_size=8,
         num_envs=config.num_envs,
+        env_workers=config.env_workers,
         learning_rate=1e-3,
         micro_batch_trajectories=config.micro_batch_trajectories,
+        micro_batch_tokens=config.micro_batch_tokens,
         activation_checkpointing=config.activation_checkpointing,
         finetune="full",
         checkpoint_every=config.iterations,
@@ -106,13 +116,16 @@ def main(config: BenchArgs) -> None:
         trainer.log.close()
     close_workers()
 
+    checkpointing = config.activation_checkpointing
     print(
         f"{config.model} ({parameters / 1e6:.2f} M parameters, vocabulary "
         f"{len(loaded.tokenizer)}), KeyDoor delay {config.delay}, "
         f"{int(records[0]['rollout/num_trajectories'])} rollouts per iteration "
-        f"(G = {config.group_size}), history {config.history_len}, {config.num_envs} envs, "
-        f"micro-batch {config.micro_batch_trajectories}, checkpointing "
-        f"{config.activation_checkpointing}, "
+        f"(G = {config.group_size}), history {config.history_len}, "
+        f"{trainer.rollout_envs()} envs ({resolve_env_workers(ENV_ID, config.env_workers)}), "
+        f"micro-batch {config.micro_batch_trajectories} trajectories / "
+        f"{config.micro_batch_tokens} tokens, checkpointing "
+        f"{'auto' if checkpointing is None else checkpointing}, "
         f"torch threads {torch.get_num_threads()}"
     )
     header = f"{'iteration':>10}{'rollout':>10}{'credit':>10}{'train':>10}{'wall':>10}{'cpu':>10}"
