@@ -166,6 +166,11 @@ class RunConfig:
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     """Weight dtype of the policy; auto: float32 on a CPU (exact log-prob bookkeeping, fast
     CPU matmuls), bfloat16 on CUDA (what GPU training uses)."""
+    threads: int = 1
+    """torch CPU threads of the run. 1 by default: on a shared 2-core machine a second
+    OpenMP thread spin-waits for a core another process holds (one `small` iteration took
+    46 s instead of ~3 s, docs/small_model.md); raise it on an idle many-core machine.
+    Speed only, not part of the run name."""
     env_workers: EnvWorkers = "auto"
     """What runs each rollout env (training and evaluation): a worker process, this
     process (`inline`: pure in-memory envs), or a Ray actor on the Ray cluster `ray.init()`
@@ -236,6 +241,7 @@ NON_IDENTITY_FIELDS = frozenset(
         "name",
         "generation_cache_gib",  # speed only: cached or recomputed, the same credit
         "env_workers",  # where the envs run, not what they play
+        "threads",  # speed only
     }
 )
 
@@ -613,6 +619,8 @@ def validate(cfg: RunConfig) -> None:
     if cfg.faults:
         for family in cfg.faults:
             lookup("fault family", family, {name: name for name in FAULT_FAMILIES})
+    if cfg.threads < 1:
+        raise UsageError(f"--threads must be >= 1 (got {cfg.threads})")
     if cfg.max_episode_steps is not None and cfg.max_episode_steps < 1:
         raise UsageError(f"--max-episode-steps must be >= 1 (got {cfg.max_episode_steps})")
     if cfg.history_len is not None and cfg.history_len < 0:
@@ -1106,6 +1114,7 @@ def run(cfg: RunConfig) -> Path:
     """Validate, train (or resume), evaluate, write samples and the summary; returns the
     run folder."""
     validate(cfg)
+    torch.set_num_threads(cfg.threads)
     env_id = env_id_for(cfg.env)
     # Loaded before the run folder exists, so a bad model path leaves nothing behind.
     policy = (

@@ -35,6 +35,7 @@ SCRIPTED = ["--model", "random", "--credit", "none", "--sample-group-size", "0"]
         (["--model", "smolm2-135m"], "Did you mean smollm2-135m"),
         (["--eval-every", "-1"], "--eval-every must be >= 0"),
         (["--curve-episodes", "0"], "--curve-episodes must be >= 1"),
+        (["--threads", "0"], "--threads must be >= 1"),
         (["--env", "keydoor", "--env-options", "delay"], "key=value pairs"),
         (["--env", "keydoor", "--env-options", "dely=3"], "unexpected keyword argument 'dely'"),
         (["--env", "keydoor", "--env-options", "delay=-2"], "delay must be a non-negative"),
@@ -48,6 +49,13 @@ def test_bad_values_are_one_line_with_status_2_and_leave_nothing(argv, expected,
     assert "Traceback" not in err and len(err.splitlines()) == 1, err
     assert expected in err
     assert not out.exists() or not list(out.iterdir())
+
+
+def test_speed_options_keep_the_run_name():
+    base = run_module.parse_config(["--env", "keydoor"])
+    for argv in (["--threads", "2"], ["--env-workers", "process"], ["--env-workers", "inline"]):
+        changed = run_module.parse_config(["--env", "keydoor", *argv])
+        assert run_module.run_name(changed) == run_module.run_name(base)
 
 
 def test_env_options_choose_the_task_its_step_limit_and_its_table():

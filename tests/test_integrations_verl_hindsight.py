@@ -1,0 +1,246 @@
+"""HCAPO and HP-RLVR in verl (integrations.verl_hindsight): the view pass and the estimators.
+
+Real KeyDoor rollouts of the `small` model are laid out as verl's multi-turn batch (one
+row per rollout; each turn's generated ids under response_mask 1, an env reply under 0,
+a step's reward on its turn's last token). The hindsight views are built from that batch
+alone, scored with `small` the way verl's actor scores a generation batch (one padded
+forward with position ids, teacher-forced log-probs of the response tokens), attached,
+and the estimator verl looks up by name must give each turn what creditgym's module gives
+that step of the original trajectories, with the same model.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from verl import DataProto
+from verl.trainer.ppo.core_algos import get_adv_estimator_fn, register_adv_est
+
+from agents.llm import LLMAgent
+from agents.models import LoadedModel, build_small
+from agents.rollout import collect
+from agents.trajectory import Trajectory
+from credit.hcapo import HCAPO, HCAPOSeed
+from credit.hp_rlvr import HPRLVR
+from credit.scoring import jensen_shannon
+from credit.views import causal_view
+from integrations.verl_credit import HPRLVREstimator, compute_advantage
+from integrations.verl_hindsight import (
+    HCAPO_BLOCK,
+    HP_RLVR_BLOCK,
+    HCAPOEstimator,
+    attach_view_values,
+    hindsight_batch,
+    pack_views,
+)
+
+KEYDOOR = "creditgym/KeyDoor-v0"
+REPLY = (10, 11)  # two env-reply tokens after every turn but the last (mask 0)
+
+# Bound: the module scores right-padded rows without position ids, the actor's layout
+# left-pads prompts and passes position ids, so the same float32 log-probs come out of
+# matrix products of other shapes: a few float32 ulps (1.2e-7) of values of order 1 to
+# 10. rho is exp(score / 5) over the steps' mean and the micro term divides by the
+# group's std of Q (0.1 to 1 here), which can scale that by ~10: 1e-5 on advantages of
+# order 1 (3.6e-7 seen) covers rounding. Scoring the wrong prompt (the causal view in
+# place of the hindsight one) moves these advantages by 6e-3, a misplaced turn by ~0.1.
+TOLERANCE = {"rtol": 1e-5, "atol": 1e-5}
+
+
+@pytest.fixture(scope="module")
+def rollout() -> tuple[LoadedModel, list[Trajectory]]:
+    """Two KeyDoor tasks x 4 rollouts: one group with a single R = 1 among zeros, one
+    with three successes and a failure (both groups have a non-zero std)."""
+    torch.set_num_threads(1)
+    small = build_small()
+    agent = LLMAgent(small, constrained=True, seed=3)
+    trajectories, _ = collect(
+        KEYDOOR, agent, [0, 1], group_size=4, num_envs=8, env_kwargs={"delay": 1}, progress=False
+    )
+    assert 0 < sum(t.success for t in trajectories) < len(trajectories)
+    return small, trajectories
+
+
+def turn_spans(trajectory: Trajectory) -> list[tuple[int, int]]:
+    """(start, end) of each turn in the row's response."""
+    spans, position = [], 0
+    for step in trajectory.steps:
+        spans.append((position, position + len(step.action_token_ids)))
+        position += len(step.action_token_ids) + len(REPLY)
+    return spans
+
+
+def verl_batch(trajectories: list[Trajectory], pad_token_id: int) -> DataProto:
+    """The batch verl's multi-turn rollout builds (right-padded responses), with the
+    per-turn text a verl-agent-style rollout carries in its non-tensor data."""
+    width = max(turn_spans(t)[-1][1] for t in trajectories) + 1
+    responses = torch.full((len(trajectories), width), pad_token_id, dtype=torch.long)
+    mask = torch.zeros(responses.shape, dtype=torch.long)
+    rewards = torch.zeros(responses.shape)
+    for row, trajectory in enumerate(trajectories):
+        for t, (step, (start, end)) in enumerate(
+            zip(trajectory.steps, turn_spans(trajectory), strict=True)
+        ):
+            responses[row, start:end] = torch.tensor(step.action_token_ids)
+            if t + 1 < trajectory.length:
+                responses[row, end : end + len(REPLY)] = torch.tensor(REPLY)
+            mask[row, start:end] = 1
+            rewards[row, end - 1] = step.reward
+
+    def per_row(values: list) -> np.ndarray:
+        array = np.empty(len(values), dtype=object)
+        array[:] = values
+        return array
+
+    return DataProto.from_dict(
+        tensors={"responses": responses, "response_mask": mask, "token_level_rewards": rewards},
+        non_tensors={
+            "uid": per_row([t.group_id for t in trajectories]),
+            "task_id": per_row([f"{t.env_id}/{t.task_id}" for t in trajectories]),
+            "env_id": per_row([t.env_id for t in trajectories]),
+            "task": per_row([t.task for t in trajectories]),
+            "feedback": per_row([t.feedback for t in trajectories]),
+            "success": per_row([t.success for t in trajectories]),
+            "turn_observations": per_row([[s.observation for s in t.steps] for t in trajectories]),
+            "turn_actions": per_row([[s.action for s in t.steps] for t in trajectories]),
+            "turn_admissible_commands": per_row(
+                [[list(s.admissible_commands) for s in t.steps] for t in trajectories]
+            ),
+        },
+    )
+
+
+def actor_log_softmax(loaded: LoadedModel, views: DataProto) -> torch.Tensor:
+    """[K, R, V] next-token log-softmax at each response position, as verl's actor
+    computes it on a generation batch (logits / meta_info temperature)."""
+    tensors = views.batch
+    loaded.model.eval()
+    with torch.no_grad():
+        logits = loaded.model(
+            input_ids=tensors["input_ids"],
+            attention_mask=tensors["attention_mask"],
+            position_ids=tensors["position_ids"],
+        ).logits
+    width = tensors["responses"].shape[1]
+    logits = logits[:, -width - 1 : -1].float() / views.meta_info["temperature"]
+    return torch.log_softmax(logits, dim=-1)
+
+
+def actor_log_probs(loaded: LoadedModel, views: DataProto) -> torch.Tensor:
+    """[K, R] teacher-forced log-probs of the response tokens (verl's compute_log_prob)."""
+    log_softmax = actor_log_softmax(loaded, views)
+    return log_softmax.gather(-1, views.batch["responses"][..., None]).squeeze(-1)
+
+
+def causal_views(loaded: LoadedModel, trajectories: list[Trajectory], like: DataProto) -> DataProto:
+    """Each turn as the policy saw it (its recorded prompt), in the rows of `like`."""
+    views = [causal_view(loaded.tokenizer, t, i) for t in trajectories for i in range(t.length)]
+    return DataProto.from_dict(
+        tensors=pack_views(views, loaded.tokenizer.pad_token_id),
+        non_tensors=dict(like.non_tensor_batch),
+        meta_info={"temperature": 1.0},
+    )
+
+
+def by_turn(trajectories: list[Trajectory], values: list, like: torch.Tensor) -> torch.Tensor:
+    """Per step (a scalar) or per token ([A_t]) values on each turn's positions."""
+    expected = torch.zeros(like.shape)
+    for row, trajectory in enumerate(trajectories):
+        for value, (start, end) in zip(values[row], turn_spans(trajectory), strict=True):
+            expected[row, start:end] = torch.as_tensor(value, dtype=torch.float32)
+    return expected
+
+
+def test_views_are_the_module_prompts_and_scored_views_give_hcapo_advantages(rollout) -> None:
+    small, trajectories = rollout
+    batch = verl_batch(trajectories, small.tokenizer.pad_token_id)
+    views = hindsight_batch(batch, small.tokenizer, HCAPO_BLOCK)
+    module = HCAPO(small, generation_cache_bytes=0)
+    expected_views = [module.hindsight_view_of(t, i) for t in trajectories for i in range(t.length)]
+    for k, view in enumerate(expected_views):  # token for token what the module scores
+        prompt = views.batch["prompts"][k][
+            views.batch["attention_mask"][k, : -views.batch["responses"].shape[1]] > 0
+        ]
+        response = views.batch["responses"][k][views.batch["response_mask"][k] > 0]
+        assert tuple(prompt.tolist()) == view.context_ids
+        assert tuple(response.tolist()) == view.action_ids
+    attach_view_values(batch, views, actor_log_probs(small, views), "hindsight_log_probs")
+    assert isinstance(get_adv_estimator_fn("creditgym_hcapo"), HCAPOEstimator)
+    computed = compute_advantage(batch, "creditgym_hcapo").batch["advantages"]
+    output = module(trajectories)
+    expected = by_turn(trajectories, output.step_advantages, computed)
+    torch.testing.assert_close(computed, expected, **TOLERANCE)
+    # The check can tell: the turn's own prompt in place of the hindsight one is off.
+    causal = causal_views(small, trajectories, views)
+    attach_view_values(batch, views, actor_log_probs(small, causal), "hindsight_log_probs")
+    wrong = compute_advantage(batch, "creditgym_hcapo").batch["advantages"]
+    assert (wrong - expected).abs().max() > 100 * TOLERANCE["atol"]
+
+
+def test_seed_variant_takes_the_causal_view_from_old_log_probs(rollout) -> None:
+    small, trajectories = rollout
+    batch = verl_batch(trajectories, small.tokenizer.pad_token_id)
+    views = hindsight_batch(batch, small.tokenizer, HCAPO_BLOCK)
+    attach_view_values(batch, views, actor_log_probs(small, views), "hindsight_log_probs")
+    register_adv_est("test_creditgym_hcapo_seed")(
+        HCAPOEstimator(variant="seed", macro_weight=0.6, omega=0.4)
+    )
+    with pytest.raises(ValueError, match="old_log_probs"):
+        compute_advantage(batch, "test_creditgym_hcapo_seed")
+    causal = causal_views(small, trajectories, views)
+    attach_view_values(batch, causal, actor_log_probs(small, causal), "old_log_probs")
+    computed = compute_advantage(batch, "test_creditgym_hcapo_seed").batch["advantages"]
+    expected = by_turn(
+        trajectories,
+        HCAPOSeed(small, generation_cache_bytes=0)(trajectories).step_advantages,
+        computed,
+    )
+    torch.testing.assert_close(computed, expected, **TOLERANCE)
+
+
+def test_hp_rlvr_views_and_divergences_from_them_give_the_module_token_credit(rollout) -> None:
+    small, trajectories = rollout
+    batch = verl_batch(trajectories, small.tokenizer.pad_token_id)
+    views = hindsight_batch(batch, small.tokenizer, HP_RLVR_BLOCK)
+    module = HPRLVR(small, initial_baseline=0.5, generation_cache_bytes=0)
+    for k, view in enumerate(
+        module.hindsight_view_of(t, i) for t in trajectories for i in range(t.length)
+    ):
+        width = views.batch["responses"].shape[1]
+        assert tuple(
+            views.batch["input_ids"][k][views.batch["attention_mask"][k] > 0].tolist()
+        ) == (view.context_ids + view.action_ids), k
+        assert views.batch["response_mask"][k].sum() == len(view.action_ids) <= width
+    # The divergence pass a verl user adds to their worker: both views' full next-token
+    # distributions at the response positions, JS per token (credit.scoring's function).
+    causal = causal_views(small, trajectories, views)
+    hindsight_log_softmax = actor_log_softmax(small, views)
+    causal_log_softmax = actor_log_softmax(small, causal)
+    divergence = jensen_shannon(causal_log_softmax, hindsight_log_softmax)
+    attach_view_values(batch, views, divergence, "hindsight_divergence")
+    # A fresh estimator: the registered one keeps the baselines of earlier batches.
+    register_adv_est("test_creditgym_hp_rlvr")(HPRLVREstimator(initial_baseline=0.5))
+    computed = compute_advantage(batch, "test_creditgym_hp_rlvr").batch["advantages"]
+    expected = by_turn(trajectories, module(trajectories).token_advantages, computed)
+    # Bound: A_j = (R - b) d_j / mean d, and the untrained policy barely reacts to the
+    # block (mean d ~ 1e-4), so the JS of two nearly equal float32 distributions, a sum
+    # of cancelling terms with an absolute error of a few 1e-9 (1.2e-8 seen between the
+    # two layouts), is divided by that small mean: 1e-7 / min mean d x max |R - b|
+    # covers rounding; a misplaced turn or another prompt changes d_j by its own size.
+    mask = batch.batch["response_mask"] > 0
+    mean_d = min(
+        float(divergence_row[m].mean())
+        for divergence_row, m in zip(batch.batch["hindsight_divergence"], mask, strict=True)
+    )
+    scale = max(abs(t.total_return - 0.5) for t in trajectories)
+    torch.testing.assert_close(computed, expected, rtol=0, atol=1e-7 / mean_d * scale)
+    assert computed.abs().max() > 0.1
+
+
+def test_views_need_the_turn_text_fields(rollout) -> None:
+    small, trajectories = rollout
+    batch = verl_batch(trajectories, small.tokenizer.pad_token_id)
+    batch.non_tensor_batch.pop("turn_actions")
+    with pytest.raises(ValueError, match="turn_actions"):
+        hindsight_batch(batch, small.tokenizer, HCAPO_BLOCK)
