@@ -10,6 +10,8 @@ as `fn(token_level_rewards=, response_mask=, index=, config=)` and takes back
     creditgym_hp_rlvr     HP-RLVR's reward-side weighting (`HPRLVREstimator`)
 
 and `register` adds any other creditgym module instance under a name of your choice.
+HCAPO (`creditgym_hcapo`) and the hindsight views both hindsight methods score in verl's
+actor are in `integrations.verl_hindsight`.
 
 The mapping from verl's batch to creditgym trajectories (`trajectories_from_batch`),
 for verl's multi-turn layout of one row per rollout, whose response holds every turn:
@@ -224,9 +226,11 @@ class HPRLVREstimator:
 
     Chen et al. 2026, "Hindsight-Privileged RLVR" (`credit.hp_rlvr`, whose functions this
     calls). The divergences d_j need two teacher-forced passes of the policy per turn
-    (causal and hindsight views), which only verl's actor worker can run; the worker
-    writes them to `batch["hindsight_divergence"]` ([bs, L], d_j in [0, 1] on the
-    response tokens) and this estimator does the rest: R from the row's rewards, the
+    (causal and hindsight views), which only verl's actor worker can run; the hindsight
+    views come from `integrations.verl_hindsight.hindsight_batch` (`HP_RLVR_BLOCK`), the
+    worker computes d_j from both views' full next-token distributions and
+    `attach_view_values` writes them to `batch["hindsight_divergence"]` ([bs, L], d_j in
+    [0, 1] on the response tokens); this estimator does the rest: R from the row's rewards, the
     baseline b (an EMA of R per task, the task read from `non_tensor_batch["task_id"]`
     when the batch has it, else the group `index`), the weights w_j per trajectory and
     the baseline update after the credit, as `credit.hp_rlvr.HPRLVR` does.
