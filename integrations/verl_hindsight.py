@@ -191,10 +191,10 @@ def hindsight_batch(
         block: the method's hindsight prompt (`HCAPO_BLOCK`, `HP_RLVR_BLOCK`).
     Returns:
         one row per turn (`pack_views`), with `non_tensor_batch["source_row"]` and
-        `["source_start"]` (the turn's row and first position in `data`), and
-        `meta_info["temperature"] = 1.0`. Every turn is scored, also those of rollouts
-        whose HCAPO values are all 0 (their credit does not depend on the score; verl
-        computes rewards after this pass).
+        `["source_start"]` (the turn's row and first position in `data`),
+        `meta_info["temperature"] = 1.0` and `["global_token_num"]`. Every turn is
+        scored, also those of rollouts whose HCAPO values are all 0 (their credit does
+        not depend on the score; verl may compute rewards after this pass).
     """
     trajectories, turns = text_trajectories(data)
     views, rows, starts = [], [], []
@@ -205,13 +205,19 @@ def hindsight_batch(
             starts.append(turn.start)
     if not views:
         raise ValueError("the batch has no policy turn (response_mask is all 0)")
+    tensors = pack_views(views, tokenizer.pad_token_id)
     return DataProto.from_dict(
-        tensors=pack_views(views, tokenizer.pad_token_id),
+        tensors=tensors,
         non_tensors={
             "source_row": np.array(rows, dtype=np.int64),
             "source_start": np.array(starts, dtype=np.int64),
         },
-        meta_info={"temperature": 1.0},
+        # verl's trainer sets global_token_num before its log-prob pass (its MFU metric
+        # reads it), so the view batch carries it the same way.
+        meta_info={
+            "temperature": 1.0,
+            "global_token_num": tensors["attention_mask"].sum(-1).tolist(),
+        },
     )
 
 
