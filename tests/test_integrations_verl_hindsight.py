@@ -3,8 +3,8 @@
 Real KeyDoor rollouts of the `small` model are laid out as verl's multi-turn batch (one
 row per rollout; each turn's generated ids under response_mask 1, an env reply under 0,
 a step's reward on its turn's last token). The hindsight views are built from that batch
-alone, scored with `small` the way verl's actor scores a generation batch (one padded
-forward with position ids, teacher-forced log-probs of the response tokens), attached,
+alone, scored with `small` the way verl's actor scores a generation batch (verl's own
+no-padding conversion, teacher-forced log-probs of the response tokens), attached,
 and the estimator verl looks up by name must give each turn what creditgym's module gives
 that step of the original trajectories, with the same model.
 """
@@ -16,6 +16,7 @@ import pytest
 import torch
 from verl import DataProto
 from verl.trainer.ppo.core_algos import get_adv_estimator_fn, register_adv_est
+from verl.workers.utils.padding import left_right_2_no_padding, no_padding_2_padding
 
 from agents.llm import LLMAgent
 from agents.models import LoadedModel, build_small
@@ -38,9 +39,9 @@ from integrations.verl_hindsight import (
 KEYDOOR = "creditgym/KeyDoor-v0"
 REPLY = (10, 11)  # two env-reply tokens after every turn but the last (mask 0)
 
-# Bound: the module scores right-padded rows without position ids, the actor's layout
-# left-pads prompts and passes position ids, so the same float32 log-probs come out of
-# matrix products of other shapes: a few float32 ulps (1.2e-7) of values of order 1 to
+# Bound: the module scores right-padded chunks of rows, the actor each sequence alone
+# (verl's no-padding layout), so the same float32 log-probs come out of matrix products
+# of other shapes: a few float32 ulps (1.2e-7) of values of order 1 to
 # 10. rho is exp(score / 5) over the steps' mean and the micro term divides by the
 # group's std of Q (0.1 to 1 here), which can scale that by ~10: 1e-5 on advantages of
 # order 1 (3.6e-7 seen) covers rounding. Scoring the wrong prompt (the causal view in
@@ -112,19 +113,19 @@ def verl_batch(trajectories: list[Trajectory], pad_token_id: int) -> DataProto:
 
 
 def actor_log_softmax(loaded: LoadedModel, views: DataProto) -> torch.Tensor:
-    """[K, R, V] next-token log-softmax at each response position, as verl's actor
-    computes it on a generation batch (logits / meta_info temperature)."""
-    tensors = views.batch
+    """[K, R, V] next-token log-softmax at each response position, computed as verl's
+    actor does: verl's own conversion to its no-padding layout (each sequence its
+    prompt and response tokens only, positions from 0), logits / the batch's temperature,
+    and verl's own slicing of the response positions back out."""
+    data = left_right_2_no_padding(views.to_tensordict())
+    temperature = data["temperature"]
     loaded.model.eval()
+    values = []
     with torch.no_grad():
-        logits = loaded.model(
-            input_ids=tensors["input_ids"],
-            attention_mask=tensors["attention_mask"],
-            position_ids=tensors["position_ids"],
-        ).logits
-    width = tensors["responses"].shape[1]
-    logits = logits[:, -width - 1 : -1].float() / views.meta_info["temperature"]
-    return torch.log_softmax(logits, dim=-1)
+        for sequence in data["input_ids"].unbind():
+            logits = loaded.model(input_ids=sequence[None]).logits[0]
+            values.append(torch.log_softmax(logits.float() / temperature, dim=-1))
+    return no_padding_2_padding(torch.cat(values), data)
 
 
 def actor_log_probs(loaded: LoadedModel, views: DataProto) -> torch.Tensor:
@@ -225,7 +226,7 @@ def test_hp_rlvr_views_and_divergences_from_them_give_the_module_token_credit(ro
     expected = by_turn(trajectories, module(trajectories).token_advantages, computed)
     # Bound: A_j = (R - b) d_j / mean d, and the untrained policy barely reacts to the
     # block (mean d ~ 1e-4), so the JS of two nearly equal float32 distributions, a sum
-    # of cancelling terms with an absolute error of a few 1e-9 (1.2e-8 seen between the
+    # of cancelling terms with an absolute error of a few 1e-9 (1.3e-8 seen between the
     # two layouts), is divided by that small mean: 1e-7 / min mean d x max |R - b|
     # covers rounding; a misplaced turn or another prompt changes d_j by its own size.
     mask = batch.batch["response_mask"] > 0
