@@ -19,13 +19,12 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 import ray
 from ray.actor import ActorHandle
 
-from agents.workers import EnvServer, Reply, Reset, TakeStep, WorkerGone
+from agents.workers import EnvServer, IdleWorkers, Reply, Reset, TakeStep, WorkerGone
 
 # An env actor reserves no CPU in Ray's accounting: a rollout asks for all its actors at
 # once and keeps them between calls, and an actor that cannot be placed would leave its
@@ -95,30 +94,23 @@ class RayWorker:
 
 
 @dataclass
-class RayActorPool:
+class RayActorPool(IdleWorkers):
     """The idle env actors of one env id and kwargs (`agents.workers.EnvWorkerPool`)."""
 
-    env_id: str
-    env_kwargs: dict[str, Any]
-    idle: list[RayWorker] = field(default_factory=list)
+    def usable(self, worker: RayWorker) -> bool:
+        # An actor killed between calls is only seen when called: check before reuse, so
+        # that it does not cost the next episode.
+        try:
+            ray.get(worker.actor.ping.remote(), timeout=PING_TIMEOUT_S)
+            return True
+        except ray.exceptions.RayError:
+            worker.kill()
+            return False
 
-    def take(self) -> RayWorker:
-        """An idle actor that still answers, or a new one."""
-        while self.idle:
-            worker = self.idle.pop()
-            # An actor killed between calls is only seen when called: check before reuse,
-            # so that it does not cost the next episode.
-            try:
-                ray.get(worker.actor.ping.remote(), timeout=PING_TIMEOUT_S)
-                return worker
-            except ray.exceptions.RayError:
-                worker.kill()
+    def new_worker(self) -> RayWorker:
         if not ray.is_initialized():
             ray.init()
         return RayWorker(_RemoteEnvActor.remote(self.env_id, self.env_kwargs))
-
-    def release(self, worker: RayWorker) -> None:
-        self.idle.append(worker)
 
     def wait(self, workers: Sequence[RayWorker], timeout: float) -> list[RayWorker]:
         by_ref = {worker.pending: worker for worker in workers}
@@ -132,8 +124,3 @@ class RayActorPool:
             for ref, reply in zip(ready, ray.get(ready), strict=True):
                 by_ref[ref].reply = reply
         return [by_ref[ref] for ref in ready]
-
-    def close(self) -> None:
-        for worker in self.idle:
-            worker.close()
-        self.idle.clear()

@@ -228,20 +228,53 @@ class Worker:
 
 
 @dataclass
-class WorkerPool:
-    """The idle worker processes of one env id and kwargs, kept between `collect` calls."""
+class IdleWorkers:
+    """The idle workers of one env id and kwargs, kept between `collect` calls.
+
+    The part every `EnvWorkerPool` shares; a kind says how a new worker is made
+    (`new_worker`) and whether a kept one can still serve (`usable`)."""
 
     env_id: str
     env_kwargs: dict[str, Any]
-    idle: list[Worker] = field(default_factory=list)
+    idle: list[Any] = field(default_factory=list)
 
-    def take(self) -> Worker:
-        """An idle live worker, or a new one."""
+    def take(self) -> Any:
+        """An idle worker that can still serve, or a new one."""
         while self.idle:
             worker = self.idle.pop()
-            if worker.is_alive():
+            if self.usable(worker):
                 return worker
-            worker.conn.close()
+        return self.new_worker()
+
+    def usable(self, worker: Any) -> bool:
+        """Whether a kept worker can serve again (one that cannot is cleaned up here)."""
+        return worker.is_alive()
+
+    def new_worker(self) -> Any:
+        raise NotImplementedError
+
+    def release(self, worker: Any) -> None:
+        """Keep a healthy worker, with no command outstanding, for the next call."""
+        self.idle.append(worker)
+
+    def close(self) -> None:
+        """Stop the idle workers."""
+        for worker in self.idle:
+            worker.close()
+        self.idle.clear()
+
+
+@dataclass
+class WorkerPool(IdleWorkers):
+    """The idle worker processes of one env id and kwargs."""
+
+    def usable(self, worker: Worker) -> bool:
+        if worker.is_alive():
+            return True
+        worker.conn.close()
+        return False
+
+    def new_worker(self) -> Worker:
         context = mp.get_context("forkserver")
         # Workers fork from a server that has imported these once (effective only before
         # the server's first start), instead of paying the torch import in every worker.
@@ -255,19 +288,10 @@ class WorkerPool:
         child_conn.close()
         return Worker(process, parent_conn)
 
-    def release(self, worker: Worker) -> None:
-        """Keep a healthy worker, with no command outstanding, for the next call."""
-        self.idle.append(worker)
-
     def wait(self, workers: Sequence[Worker], timeout: float) -> list[Worker]:
         """Block up to `timeout` s until one of `workers` has a reply; those that have."""
         ready = wait([worker.conn for worker in workers], timeout=max(timeout, 0.0))
         return [worker for worker in workers if worker.conn in ready]
-
-    def close(self) -> None:
-        for worker in self.idle:
-            worker.close()
-        self.idle.clear()
 
 
 class InlineWorker:
@@ -311,28 +335,15 @@ class InlineWorker:
 
 
 @dataclass
-class InlinePool:
-    """The idle in-process envs of one env id and kwargs, kept between `collect` calls."""
+class InlinePool(IdleWorkers):
+    """The idle in-process envs of one env id and kwargs."""
 
-    env_id: str
-    env_kwargs: dict[str, Any]
-    idle: list[InlineWorker] = field(default_factory=list)
-
-    def take(self) -> InlineWorker:
-        """An idle env, or a new one."""
-        return self.idle.pop() if self.idle else InlineWorker(self.env_id, self.env_kwargs)
-
-    def release(self, worker: InlineWorker) -> None:
-        self.idle.append(worker)
+    def new_worker(self) -> InlineWorker:
+        return InlineWorker(self.env_id, self.env_kwargs)
 
     def wait(self, workers: Sequence[InlineWorker], timeout: float) -> list[InlineWorker]:
         """Those of `workers` with a reply: all that were sent one (replies come in `send`)."""
         return [worker for worker in workers if worker.poll()]
-
-    def close(self) -> None:
-        for worker in self.idle:
-            worker.close()
-        self.idle.clear()
 
 
 @contextlib.contextmanager
