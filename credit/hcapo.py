@@ -217,6 +217,35 @@ def combined_advantages(
     return advantages
 
 
+def check_credit_options(
+    variant: str,
+    temperature: float,
+    clip: tuple[float, float],
+    gamma: float,
+    smoothing_alpha: float | None,
+    micro_normalisation: str,
+    causal_contrast: bool,
+) -> None:
+    """ValueError naming the option, unless HCAPO's credit options (those of the same
+    names of `HCAPO`, also taken by the verl estimator) are in range."""
+    if variant not in VARIANTS:
+        raise ValueError(f"variant must be one of {sorted(VARIANTS)}, got {variant!r}")
+    if micro_normalisation not in ("group", "time_step"):
+        raise ValueError(
+            f"micro_normalisation must be 'group' or 'time_step', got {micro_normalisation!r}"
+        )
+    if temperature <= 0 or clip[0] > clip[1]:
+        raise ValueError(f"need temperature > 0 and clip low <= high, got {temperature}, {clip}")
+    if smoothing_alpha is not None and not 0.0 <= smoothing_alpha <= 1.0:
+        raise ValueError(f"smoothing_alpha must be in [0, 1], got {smoothing_alpha}")
+    if not 0.0 <= gamma <= 1.0:
+        raise ValueError(f"gamma must be in [0, 1], got {gamma}")
+    if causal_contrast and variant != "paper":
+        raise ValueError(
+            "causal_contrast applies to the paper variant (the seed's ratio is one already)"
+        )
+
+
 class HCAPO(CreditModuleBase):
     """Hindsight credit (HCAPO, arXiv 2603.08754); see the module docstring for the math.
 
@@ -302,20 +331,9 @@ class HCAPO(CreditModuleBase):
         generation_cache_bytes: int = DEFAULT_GENERATION_CACHE_BYTES,
         score_memo: ScoreMemo | None = None,
     ) -> None:
-        if variant not in VARIANTS:
-            raise ValueError(f"variant must be one of {sorted(VARIANTS)}, got {variant!r}")
-        if micro_normalisation not in ("group", "time_step"):
-            raise ValueError(
-                f"micro_normalisation must be 'group' or 'time_step', got {micro_normalisation!r}"
-            )
-        if temperature <= 0 or clip[0] > clip[1]:
-            raise ValueError(
-                f"need temperature > 0 and clip low <= high, got {temperature}, {clip}"
-            )
-        if smoothing_alpha is not None and not 0.0 <= smoothing_alpha <= 1.0:
-            raise ValueError(f"smoothing_alpha must be in [0, 1], got {smoothing_alpha}")
-        if not 0.0 <= gamma <= 1.0:
-            raise ValueError(f"gamma must be in [0, 1], got {gamma}")
+        check_credit_options(
+            variant, temperature, clip, gamma, smoothing_alpha, micro_normalisation, causal_contrast
+        )
         if hindsight not in CONTENTS or hindsight_position not in HINDSIGHT_POSITIONS:
             raise ValueError(
                 f"hindsight must be one of {', '.join(CONTENTS)} and hindsight_position one "
@@ -326,10 +344,6 @@ class HCAPO(CreditModuleBase):
         if length_normalisation not in ("response", "action"):
             raise ValueError(
                 f"length_normalisation must be 'response' or 'action', got {length_normalisation!r}"
-            )
-        if causal_contrast and variant != "paper":
-            raise ValueError(
-                "causal_contrast applies to the paper variant (the seed's ratio is one already)"
             )
         self.model = model
         self.variant = variant

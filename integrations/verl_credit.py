@@ -235,8 +235,14 @@ class HPRLVREstimator:
     when the batch has it, else the group `index`), the weights w_j per trajectory and
     the baseline update after the credit, as `credit.hp_rlvr.HPRLVR` does.
 
-    The baselines live in this object, in the process that runs the trainer; a verl
-    checkpoint does not save them, so a resumed run starts them over.
+    The baselines are state, kept across calls by design: HP-RLVR has one rollout per
+    prompt and no group, so the reward is weighed against a *historical* baseline (the
+    paper's abstract), the returns of earlier batches. The instance registered as
+    `creditgym_hp_rlvr` therefore carries them from call to call for as long as its
+    process lives (verl's `TaskRunner`), also across trainers built in that process.
+    `reset()` starts them over; an instance of your own, registered under another name
+    (`register_adv_est(name)(HPRLVREstimator(...))`), keeps its own. A verl checkpoint
+    does not save them, so a resumed run starts them over.
 
     Args: as `credit.hp_rlvr.HPRLVR` (baseline_momentum, initial_baseline,
         normalise_weights, max_weight).
@@ -250,9 +256,15 @@ class HPRLVREstimator:
         max_weight: float = 5.0,
     ) -> None:
         self.baseline_momentum = baseline_momentum
+        self.initial_baseline = float(initial_baseline)
         self.normalise_weights = normalise_weights
         self.max_weight = max_weight
-        self.global_baseline = float(initial_baseline)
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget every batch seen: the global baseline back to `initial_baseline`, no task
+        baseline (as a new instance; `credit.hp_rlvr.HPRLVR` before its first batch)."""
+        self.global_baseline = self.initial_baseline
         self.task_baselines: dict[str, float] = {}
 
     def __call__(

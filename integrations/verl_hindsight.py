@@ -32,11 +32,23 @@ creditgym scores the raw softmax (`credit.scoring`), not the sampling distributi
 hindsight log-prob of every response token at its turn's positions) and, for the seed
 variant or the causal contrast, verl's behaviour log-probs `batch["old_log_probs"]` as
 the causal view (the turn as the policy saw it); both must be at temperature 1 to equal
-what `credit.hcapo.HCAPO` computes. HP-RLVR's divergences need both views' full
-next-token distributions, which verl's `compute_log_prob` does not return: the view rows
-come from `hindsight_batch(..., HP_RLVR_BLOCK)` and the per-token divergences go back with
-`attach_view_values(..., "hindsight_divergence")` for `creditgym_hp_rlvr`, but the pass
-that computes them is the user's own worker method.
+what `credit.hcapo.HCAPO` computes.
+
+HP-RLVR's divergences need both views' full next-token distributions, which verl's
+`compute_log_prob` does not return (the sampled token's log-prob only), so this module
+has that pass too: `view_divergences` (`divergence_output` for a worker method's reply)
+runs the policy on the turns as it saw them (`causal_batch`) and on their hindsight views
+(`hindsight_batch(..., HP_RLVR_BLOCK)`) and reduces each response token's two
+distributions with `credit.scoring.jensen_shannon`, as `credit.hp_rlvr.HPRLVR` does:
+
+    views = hindsight_batch(batch, tokenizer, HP_RLVR_BLOCK)
+    causal = causal_batch(batch, tokenizer.pad_token_id)
+    scored = actor_rollout_wg.compute_hindsight_divergence(causal, views)  # worker method
+    attach_view_values(batch, views, scored.batch["hindsight_divergence"],
+                       "hindsight_divergence")
+    compute_advantage(batch, "creditgym_hp_rlvr")
+
+The worker method (docs/integrations.md) calls `divergence_output` on the actor's model.
 """
 
 from __future__ import annotations
@@ -47,16 +59,24 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch import nn
 from transformers import PreTrainedTokenizerBase
 from verl import DataProto
 from verl.trainer.ppo.core_algos import register_adv_est
 
 from agents.trajectory import Trajectory
 from credit.grpo import group_members, group_normalised
-from credit.hcapo import VARIANTS, combined_advantages, micro_advantages, smoothed
+from credit.hcapo import (
+    VARIANTS,
+    check_credit_options,
+    combined_advantages,
+    micro_advantages,
+    smoothed,
+)
 from credit.hindsight import WORDINGS, hindsight_block
+from credit.scoring import jensen_shannon
 from credit.views import TeacherForced, hindsight_view
-from integrations.verl_credit import Turn, place_by_turn, trajectories_from_batch
+from integrations.verl_credit import Turn, place_by_turn, trajectories_from_batch, turns_of
 
 TEXT_FIELDS = ("env_id", "task", "feedback", "success")
 TURN_TEXT_FIELDS = ("turn_observations", "turn_actions", "turn_admissible_commands")
@@ -203,9 +223,52 @@ def hindsight_batch(
             views.append(block.view(tokenizer, trajectory, t))
             rows.append(row)
             starts.append(turn.start)
+    return _view_batch(views, rows, starts, tokenizer.pad_token_id)
+
+
+def causal_batch(data: DataProto, pad_token_id: int) -> DataProto:
+    """Every turn of `data` as verl's policy saw it, in the rows of `hindsight_batch`.
+
+    Turn t of row i: the context is the row's prompt and its response before the turn
+    (earlier turns and env replies, the tokens under `attention_mask`), the response the
+    turn's own tokens; so view row k pairs with `hindsight_batch`'s row k
+    (`view_divergences`). This is verl's causal view, the whole conversation so far,
+    not creditgym's rebuilt step prompt (`credit.views.causal_view`, the last K steps).
+
+    Args:
+        data: verl's rollout batch: `prompts` [bs, P] (left-padded), `responses`,
+            `response_mask` [bs, L], `attention_mask` [bs, P + L].
+        pad_token_id: the tokenizer's.
+    Returns:
+        as `hindsight_batch`.
+    """
+    prompts, responses = data.batch["prompts"].cpu(), data.batch["responses"].cpu()
+    attended = data.batch["attention_mask"].cpu() > 0
+    prompt_width = prompts.shape[1]
+    views, rows, starts = [], [], []
+    for row, mask_row in enumerate(data.batch["response_mask"].cpu().numpy()):
+        prompt = prompts[row][attended[row, :prompt_width]].tolist()
+        response = responses[row]
+        for turn in turns_of(mask_row):
+            before = response[: turn.start][attended[row, prompt_width : prompt_width + turn.start]]
+            views.append(
+                TeacherForced(
+                    tuple(prompt + before.tolist()),
+                    tuple(response[turn.start : turn.end].tolist()),
+                )
+            )
+            rows.append(row)
+            starts.append(turn.start)
+    return _view_batch(views, rows, starts, pad_token_id)
+
+
+def _view_batch(
+    views: Sequence[TeacherForced], rows: Sequence[int], starts: Sequence[int], pad_token_id: int
+) -> DataProto:
+    """Views as verl's generation batch (`pack_views`), each with its turn's row and start."""
     if not views:
         raise ValueError("the batch has no policy turn (response_mask is all 0)")
-    tensors = pack_views(views, tokenizer.pad_token_id)
+    tensors = pack_views(views, pad_token_id)
     return DataProto.from_dict(
         tensors=tensors,
         non_tensors={
@@ -242,6 +305,127 @@ def attach_view_values(
     return data
 
 
+# View rows per forward of `view_divergences`. A fixed row count, not a token budget: under
+# FSDP every rank must run the same number of forwards (each gathers the sharded
+# weights), and verl hands every rank the same number of rows.
+DIVERGENCE_CHUNK_ROWS = 8
+# Response positions whose float32 distributions are reduced at once: bounds the
+# [positions, V] buffers of the JS reduction (about 6 of them) whatever the chunk holds.
+DIVERGENCE_REDUCE_POSITIONS = 512
+
+
+def _response_logits(
+    model: nn.Module, views: DataProto, rows: slice, response_width: int
+) -> torch.Tensor:
+    """[B, response_width, V] logits (model dtype) predicting each response token of
+    `views[rows]`: one teacher-forced forward over the chunk's columns that are not all
+    padding, projected at the response positions only (`logits_to_keep`)."""
+    device = next(model.parameters()).device
+    full_prompt = views.batch["prompts"].shape[1]
+    prompt_width = int(views.batch["attention_mask"][rows, :full_prompt].sum(-1).max())
+    columns = slice(full_prompt - prompt_width, full_prompt + response_width)
+    output = model(
+        input_ids=views.batch["input_ids"][rows, columns].to(device),
+        attention_mask=views.batch["attention_mask"][rows, columns].to(device),
+        position_ids=views.batch["position_ids"][rows, columns].to(device),
+        # The logit at column P - 1 + j predicts response token j: keep R + 1, drop the last.
+        logits_to_keep=response_width + 1,
+        use_cache=False,
+    )
+    return output.logits[:, :response_width]
+
+
+def view_divergences(
+    model: nn.Module,
+    causal: DataProto,
+    hindsight: DataProto,
+    chunk_rows: int = DIVERGENCE_CHUNK_ROWS,
+) -> torch.Tensor:
+    """HP-RLVR's d_j at every response token of the view rows, from the full vocabulary.
+
+    Chen et al. 2026, "Hindsight-Privileged RLVR" (`credit.hp_rlvr`): d_j =
+    JS(p_causal_j || p_hind_j) / ln 2, the divergence of the policy's next-token
+    distributions (raw softmax, temperature 1, as `credit.scoring`) under the turn's
+    causal prompt and under its hindsight prompt, reduced with `credit.scoring.
+    jensen_shannon`, the function `credit.hp_rlvr.HPRLVR` uses. This is the pass verl's
+    `compute_log_prob` cannot stand in for: it returns the sampled token's log-prob only.
+
+    Runs under `torch.no_grad` with the model in eval mode (its mode restored after), in
+    chunks of `chunk_rows` rows; per chunk, one forward per view over the columns some
+    row uses, logits projected at the response positions only, so memory peaks near
+    chunk_rows x (R + 1) x V logits per view plus the model's activations.
+
+    Args:
+        model: the policy, a Hugging Face causal LM (what verl's FSDP actor wraps; an FSDP
+            or peft wrapper forwards the keyword arguments); any device.
+        causal: the turns as the policy saw them, K rows in `pack_views`' layout.
+        hindsight: the same turns with the hindsight block (`hindsight_batch(...,
+            HP_RLVR_BLOCK)`), row k the same turn as `causal`'s row k.
+        chunk_rows: view rows per forward (`DIVERGENCE_CHUNK_ROWS`).
+    Returns:
+        [K, R] float32 on the CPU, d_j in [0, 1] where `response_mask` is 1, 0 elsewhere;
+        `attach_view_values(data, hindsight, values, "hindsight_divergence")` puts them
+        on the turns for `creditgym_hp_rlvr`.
+    Raises:
+        ValueError: the two batches do not hold the same response tokens row for row.
+    """
+    if chunk_rows < 1:
+        raise ValueError(f"chunk_rows must be >= 1, got {chunk_rows}")
+    mask = hindsight.batch["response_mask"] > 0
+    if causal.batch["response_mask"].shape != mask.shape or not torch.equal(
+        causal.batch["response_mask"] > 0, mask
+    ):
+        raise ValueError("causal and hindsight views have different response masks")
+    if not torch.equal(causal.batch["responses"][mask], hindsight.batch["responses"][mask]):
+        raise ValueError("causal and hindsight views score different response tokens")
+    response_lengths = mask.sum(-1)
+    divergences = torch.zeros(mask.shape, dtype=torch.float32)
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            for start in range(0, mask.shape[0], chunk_rows):
+                rows = slice(start, start + chunk_rows)
+                response_width = max(int(response_lengths[rows].max()), 1)
+                chunk_mask = mask[rows, :response_width]
+                causal_logits, hindsight_logits = (
+                    _response_logits(model, views, rows, response_width)[
+                        chunk_mask.to(next(model.parameters()).device)
+                    ]
+                    for views in (causal, hindsight)
+                )
+                values = torch.cat(
+                    [
+                        jensen_shannon(
+                            torch.log_softmax(p.float(), dim=-1),
+                            torch.log_softmax(q.float(), dim=-1),
+                        ).cpu()
+                        for p, q in zip(
+                            causal_logits.split(DIVERGENCE_REDUCE_POSITIONS),
+                            hindsight_logits.split(DIVERGENCE_REDUCE_POSITIONS),
+                            strict=True,
+                        )
+                    ]
+                    + [torch.zeros(0)]
+                )
+                divergences[rows, :response_width][chunk_mask] = values
+    finally:
+        model.train(was_training)
+    return divergences
+
+
+def divergence_output(
+    model: nn.Module,
+    causal: DataProto,
+    hindsight: DataProto,
+    chunk_rows: int = DIVERGENCE_CHUNK_ROWS,
+) -> DataProto:
+    """`view_divergences` as the DataProto a verl worker method returns (its rows are
+    gathered across data-parallel ranks): `batch["hindsight_divergence"]` [K, R]."""
+    values = view_divergences(model, causal, hindsight, chunk_rows)
+    return DataProto.from_dict(tensors={"hindsight_divergence": values})
+
+
 class HCAPOEstimator:
     """HCAPO's token advantages from hindsight log-probs that come with the batch.
 
@@ -258,7 +442,10 @@ class HCAPOEstimator:
     decoding and is not offered here).
 
     Args: as `credit.hcapo.HCAPO` (variant, temperature, clip, gamma, smoothing_alpha,
-        micro_normalisation, macro_weight, omega, do_no_harm, causal_contrast).
+        micro_normalisation, macro_weight, omega, do_no_harm, causal_contrast), checked
+        as it checks them (`credit.hcapo.check_credit_options`).
+    Raises:
+        ValueError: an option out of range, named.
     """
 
     def __init__(
@@ -274,8 +461,9 @@ class HCAPOEstimator:
         do_no_harm: bool = True,
         causal_contrast: bool = False,
     ) -> None:
-        if variant not in VARIANTS:
-            raise ValueError(f"variant must be one of {sorted(VARIANTS)}, got {variant!r}")
+        check_credit_options(
+            variant, temperature, clip, gamma, smoothing_alpha, micro_normalisation, causal_contrast
+        )
         self.variant = VARIANTS[variant]
         self.temperature = temperature
         self.clip = clip

@@ -4,9 +4,10 @@ Real KeyDoor rollouts of the `small` model are laid out as verl's multi-turn bat
 row per rollout; each turn's generated ids under response_mask 1, an env reply under 0,
 a step's reward on its turn's last token). The hindsight views are built from that batch
 alone, scored with `small` the way verl's actor scores a generation batch (verl's own
-no-padding conversion, teacher-forced log-probs of the response tokens), attached,
-and the estimator verl looks up by name must give each turn what creditgym's module gives
-that step of the original trajectories, with the same model.
+no-padding conversion, teacher-forced log-probs of the response tokens) or, for HP-RLVR,
+by the library's divergence pass (`view_divergences`), attached, and the estimator verl
+looks up by name must give each turn what creditgym's module gives that step of the
+original trajectories, with the same model.
 """
 
 from __future__ import annotations
@@ -24,16 +25,18 @@ from agents.rollout import collect
 from agents.trajectory import Trajectory
 from credit.hcapo import HCAPO, HCAPOSeed
 from credit.hp_rlvr import HPRLVR
-from credit.scoring import jensen_shannon
 from credit.views import causal_view
-from integrations.verl_credit import HPRLVREstimator, compute_advantage
+from integrations.verl_credit import compute_advantage
 from integrations.verl_hindsight import (
     HCAPO_BLOCK,
     HP_RLVR_BLOCK,
     HCAPOEstimator,
     attach_view_values,
+    causal_batch,
+    divergence_output,
     hindsight_batch,
     pack_views,
+    view_divergences,
 )
 
 KEYDOOR = "creditgym/KeyDoor-v0"
@@ -204,7 +207,7 @@ def test_hp_rlvr_views_and_divergences_from_them_give_the_module_token_credit(ro
     small, trajectories = rollout
     batch = verl_batch(trajectories, small.tokenizer.pad_token_id)
     views = hindsight_batch(batch, small.tokenizer, HP_RLVR_BLOCK)
-    module = HPRLVR(small, initial_baseline=0.5, generation_cache_bytes=0)
+    module = HPRLVR(small, generation_cache_bytes=0)  # the registered estimator's defaults
     for k, view in enumerate(
         module.hindsight_view_of(t, i) for t in trajectories for i in range(t.length)
     ):
@@ -213,31 +216,94 @@ def test_hp_rlvr_views_and_divergences_from_them_give_the_module_token_credit(ro
             views.batch["input_ids"][k][views.batch["attention_mask"][k] > 0].tolist()
         ) == (view.context_ids + view.action_ids), k
         assert views.batch["response_mask"][k].sum() == len(view.action_ids) <= width
-    # The divergence pass a verl user adds to their worker: both views' full next-token
-    # distributions at the response positions, JS per token (credit.scoring's function).
+    # The worker's pass: 5 rows per chunk, so chunks mix turns of other lengths and the
+    # last one is partial.
     causal = causal_views(small, trajectories, views)
-    hindsight_log_softmax = actor_log_softmax(small, views)
-    causal_log_softmax = actor_log_softmax(small, causal)
-    divergence = jensen_shannon(causal_log_softmax, hindsight_log_softmax)
-    attach_view_values(batch, views, divergence, "hindsight_divergence")
-    # A fresh estimator: the registered one keeps the baselines of earlier batches.
-    register_adv_est("test_creditgym_hp_rlvr")(HPRLVREstimator(initial_baseline=0.5))
-    computed = compute_advantage(batch, "test_creditgym_hp_rlvr").batch["advantages"]
+    scored = divergence_output(small.model, causal, views, chunk_rows=5)
+    attach_view_values(batch, views, scored.batch["hindsight_divergence"], "hindsight_divergence")
+    # Bound: both sides reduce float32 log-softmaxes with credit.scoring.jensen_shannon, the
+    # module over right-padded rows without position ids, this pass over left-padded
+    # prompts with them, so the logits differ by float32 rounding of other matrix shapes
+    # (a few ulps of values of order 1 to 10). d_j of two nearly equal distributions
+    # (here ~1e-4) is a sum of cancelling terms over the vocabulary whose error is near
+    # 1e-8 (1.5e-8 seen): 1e-7 covers it; a turn scored under another turn's prompt is
+    # off by about d itself.
+    divergence = batch.batch["hindsight_divergence"]
+    expected_divergence = by_turn(trajectories, module.divergences(trajectories), divergence)
+    torch.testing.assert_close(divergence, expected_divergence, rtol=0, atol=1e-7)
+    # creditgym_hp_rlvr as verl looks it up, from fresh baselines (it keeps them across
+    # calls: HP-RLVR's historical baseline), and left fresh for other callers.
+    estimator = get_adv_estimator_fn("creditgym_hp_rlvr")
+    estimator.reset()
+    try:
+        computed = compute_advantage(batch, "creditgym_hp_rlvr").batch["advantages"]
+        second = compute_advantage(batch, "creditgym_hp_rlvr").batch["advantages"]
+        estimator.reset()
+        after_reset = compute_advantage(batch, "creditgym_hp_rlvr").batch["advantages"]
+    finally:
+        estimator.reset()
     expected = by_turn(trajectories, module(trajectories).token_advantages, computed)
-    # Bound: A_j = (R - b) d_j / mean d, and the untrained policy barely reacts to the
-    # block (mean d ~ 1e-4), so the JS of two nearly equal float32 distributions, a sum
-    # of cancelling terms over the vocabulary with an absolute error near 1e-8 (1.3e-8
-    # seen between the module's layout and verl's), is divided by that small mean:
-    # 1e-7 / min mean d x max |R - b| (about 2e-3 here) covers rounding, and the views'
-    # token ids are checked exactly above; a misplaced turn moves A_j by ~|R - b|.
+    # Bound: A_j = (R - b) d_j / mean d, so the divergences' rounding (1e-7 above) is
+    # divided by the trajectory's mean d (the untrained policy barely reacts to the block:
+    # mean d ~ 1e-4): 1e-7 / min mean d x max |R - b| (about 1.3e-3 here, 2.4e-4 seen)
+    # covers it; a misplaced turn moves A_j by ~|R - b|.
     mask = batch.batch["response_mask"] > 0
-    mean_d = min(
-        float(divergence_row[m].mean())
-        for divergence_row, m in zip(batch.batch["hindsight_divergence"], mask, strict=True)
-    )
-    scale = max(abs(t.total_return - 0.5) for t in trajectories)
+    mean_d = min(float(row[m].mean()) for row, m in zip(divergence, mask, strict=True))
+    scale = max(abs(t.total_return) for t in trajectories)
     torch.testing.assert_close(computed, expected, rtol=0, atol=1e-7 / mean_d * scale)
     assert computed.abs().max() > 0.1
+    assert (second - computed).abs().max() > 0.1  # the first batch moved the baselines
+    torch.testing.assert_close(after_reset, computed, rtol=0, atol=0)
+
+
+def test_divergence_pass_needs_the_same_response_tokens_in_both_views(rollout) -> None:
+    small, trajectories = rollout
+    batch = verl_batch(trajectories, small.tokenizer.pad_token_id)
+    views = hindsight_batch(batch, small.tokenizer, HP_RLVR_BLOCK)
+    causal = causal_views(small, trajectories, views)
+    causal.batch["responses"][0, 0] += 1
+    with pytest.raises(ValueError, match="different response tokens"):
+        view_divergences(small.model, causal, views)
+
+
+def test_causal_batch_is_each_turn_as_verls_policy_saw_it(rollout) -> None:
+    small, trajectories = rollout
+    pad = small.tokenizer.pad_token_id
+    batch = verl_batch(trajectories, pad)
+    # verl's rollout prompt: the first turn's, left-padded; attention on every real token.
+    prompt_ids = [t.steps[0].prompt_token_ids for t in trajectories]
+    width = max(map(len, prompt_ids))
+    prompts = torch.full((len(trajectories), width), pad, dtype=torch.long)
+    for row, ids in enumerate(prompt_ids):
+        prompts[row, width - len(ids) :] = torch.tensor(ids)
+    response_attended = torch.zeros(batch.batch["responses"].shape, dtype=torch.long)
+    for row, trajectory in enumerate(trajectories):
+        response_attended[row, : turn_spans(trajectory)[-1][1]] = 1
+    batch.batch["prompts"] = prompts
+    batch.batch["attention_mask"] = torch.cat([(prompts != pad).long(), response_attended], 1)
+    causal = causal_batch(batch, pad)
+    views = hindsight_batch(batch, small.tokenizer, HP_RLVR_BLOCK)
+    for key in ("source_row", "source_start"):
+        np.testing.assert_array_equal(causal.non_tensor_batch[key], views.non_tensor_batch[key])
+    k = 0
+    for row, trajectory in enumerate(trajectories):
+        for t, (start, _) in enumerate(turn_spans(trajectory)):
+            real = causal.batch["input_ids"][k][causal.batch["attention_mask"][k] > 0].tolist()
+            context = tuple(prompt_ids[row]) + tuple(batch.batch["responses"][row, :start].tolist())
+            assert tuple(real) == context + trajectory.steps[t].action_token_ids
+            if t == 0:  # no history yet: creditgym's causal view is the same
+                assert context == causal_view(small.tokenizer, trajectory, 0).context_ids
+            k += 1
+    assert k == len(causal)
+
+
+def test_estimator_rejects_a_bad_option_as_hcapo_does(rollout) -> None:
+    small, _ = rollout
+    with pytest.raises(ValueError, match=r"gamma must be in \[0, 1\], got 1.5") as estimator:
+        HCAPOEstimator(gamma=1.5)
+    with pytest.raises(ValueError) as module:
+        HCAPO(small, gamma=1.5, generation_cache_bytes=0)
+    assert str(estimator.value) == str(module.value)
 
 
 def test_views_need_the_turn_text_fields(rollout) -> None:
