@@ -227,8 +227,9 @@ class HPRLVREstimator:
     Chen et al. 2026, "Hindsight-Privileged RLVR" (`credit.hp_rlvr`, whose functions this
     calls). The divergences d_j need two teacher-forced passes of the policy per turn
     (causal and hindsight views), which only verl's actor worker can run; the hindsight
-    views come from `integrations.verl_hindsight.hindsight_batch` (`HP_RLVR_BLOCK`), the
-    worker computes d_j from both views' full next-token distributions and
+    views come from `integrations.verl_hindsight.hindsight_batch` (`HP_RLVR_BLOCK`) and
+    `causal_batch`, the worker computes d_j from both views' full next-token
+    distributions (`integrations.verl_hindsight.view_divergences`) and
     `attach_view_values` writes them to `batch["hindsight_divergence"]` ([bs, L], d_j in
     [0, 1] on the response tokens); this estimator does the rest: R from the row's rewards, the
     baseline b (an EMA of R per task, the task read from `non_tensor_batch["task_id"]`

@@ -358,7 +358,8 @@ def view_divergences(
     Args:
         model: the policy, a Hugging Face causal LM (what verl's FSDP actor wraps; an FSDP
             or peft wrapper forwards the keyword arguments); any device.
-        causal: the turns as the policy saw them, K rows in `pack_views`' layout.
+        causal: the turns as the policy saw them (`causal_batch`, or any K rows in
+            `pack_views`' layout, such as creditgym's own causal views).
         hindsight: the same turns with the hindsight block (`hindsight_batch(...,
             HP_RLVR_BLOCK)`), row k the same turn as `causal`'s row k.
         chunk_rows: view rows per forward (`DIVERGENCE_CHUNK_ROWS`).
