@@ -531,8 +531,14 @@ def write_leaderboard(runs_root: Path, out: Path) -> Table:
     """Read the run folders under `runs_root`; write tables and plots into `out`."""
     try:
         runs = records.load_runs(runs_root)
+        unfinished = records.unfinished_runs(runs_root)
+        if unfinished:  # their evaluation may be partial: averaging it would mix data
+            print(
+                f"left out {len(unfinished)} unfinished run folder(s) (no done.json: in "
+                f"progress or killed; the same command finishes them), e.g. {unfinished[0].name}"
+            )
         if not runs:
-            raise UsageError(f"no run folders with evaluation episodes under {runs_root}")
+            raise UsageError(f"no finished run folders with evaluation episodes under {runs_root}")
         table = build_table(runs, runs_root)
     except ValueError as error:  # a malformed record or a mixed set: name it, no traceback
         raise UsageError(str(error)) from error

@@ -351,14 +351,23 @@ def curve_points(run: RunData) -> list[CurvePoint]:
     return points
 
 
+def unfinished_runs(root: Path) -> list[Path]:
+    """Run folders under `root` without done.json (in progress, or killed before the end)."""
+    return [run_dir for run_dir in run_dirs(root) if not (run_dir / DONE_FILE).exists()]
+
+
 def load_runs(root: Path) -> list[RunData]:
-    """Every run folder under `root` with at least one evaluation episode.
+    """Every finished run folder under `root` (done.json written) with at least one
+    evaluation episode. A folder without done.json is a run in progress or killed: its
+    evaluation may be partial, so it is left out (`unfinished_runs` names them).
 
     Raises:
         ValueError: a run folder's config.json has no `method_config` (names the folder).
     """
     runs = []
     for run_dir in run_dirs(root):
+        if not (run_dir / DONE_FILE).exists():
+            continue
         episodes = tuple(read_episodes(run_dir))
         if not episodes:
             continue

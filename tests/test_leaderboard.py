@@ -143,7 +143,7 @@ def test_comparison_says_when_a_method_is_not_distinguishable(swept):
 
 def test_leaderboard_without_runs_is_one_line_error(tmp_path, capsys):
     assert leaderboard.main(["--runs", str(tmp_path), "--out", str(tmp_path)]) == 2
-    assert "no run folders" in capsys.readouterr().err
+    assert "no finished run folders" in capsys.readouterr().err
 
 
 def test_training_plots_and_stats_come_from_metrics(tmp_path):
@@ -193,7 +193,7 @@ def test_sweep_piped_into_a_closed_reader_exits_without_a_traceback(swept):
     assert b"Traceback" not in err and process.returncode == 1
 
 
-def made_up_run(out: Path, successes: Sequence[bool], **options) -> Path:
+def made_up_run(out: Path, successes: Sequence[bool], finished: bool = True, **options) -> Path:
     """A run folder as `benchmarks.run` writes it (config.json from `prepare_run_dir`) with
     made-up evaluation episodes, so the leaderboard's grouping is checked without
     training."""
@@ -208,7 +208,24 @@ def made_up_run(out: Path, successes: Sequence[bool], **options) -> Path:
                 episode_return=float(success), steps=2, truncated=False, tokens=0,
             )  # fmt: skip
             sink.append(episode.to_dict())
+    if finished:
+        records.atomic_write_json(run_dir / records.DONE_FILE, {"summary": [], "train_step": 0})
     return run_dir
+
+
+def test_an_unfinished_run_is_left_out_and_named(tmp_path, capsys):
+    made_up_run(tmp_path, [True, True], env="sysdiag", model="random", credit="none", seed=0)
+    partial = made_up_run(
+        tmp_path, [False], finished=False, env="sysdiag", model="random", credit="none", seed=1
+    )
+    loaded = [run.run_dir for run in records.load_runs(tmp_path)]
+    assert len(loaded) == 1 and partial not in loaded
+    assert records.unfinished_runs(tmp_path) == [partial]
+    table = leaderboard.write_leaderboard(tmp_path, tmp_path / "board")
+    assert "left out 1 unfinished run folder(s)" in capsys.readouterr().out
+    # only the finished run's two successes count: 100 %, not 2 of 3
+    (cell,) = table.cells.values()
+    assert cell.n == 1 and cell.mean == 100.0
 
 
 def test_runs_differing_only_in_learning_rate_are_two_rows_not_seeds(tmp_path):
@@ -278,9 +295,7 @@ def comparison_table(best_runs, other_runs):
         for name in ("grpo", "hcapo")
     }  # fmt: skip
     cells = {
-        ("T", name, "test"): leaderboard.Cell(
-            statistics.fmean(runs), None, len(runs), tuple(runs)
-        )
+        ("T", name, "test"): leaderboard.Cell(statistics.fmean(runs), None, len(runs), tuple(runs))
         for name, runs in (("grpo", best_runs), ("hcapo", other_runs))
     }
     section = leaderboard.Section(

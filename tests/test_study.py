@@ -35,13 +35,24 @@ def write_run(root, name, seed, credit, curve, success, group_size=8, delay=4):
     (run_dir / records.CONFIG_FILE).write_text(json.dumps(config))
     episodes = [
         records.EpisodeRecord(
-            index=i, env=ENV_ID, split="test", task_id=f"t{i}", task_type="", seed=i,
-            method=credit, success=i < success, episode_return=0.0, steps=6, truncated=False,
-            tokens=10, train_step=3,
+            index=i,
+            env=ENV_ID,
+            split="test",
+            task_id=f"t{i}",
+            task_type="",
+            seed=i,
+            method=credit,
+            success=i < success,
+            episode_return=0.0,
+            steps=6,
+            truncated=False,
+            tokens=10,
+            train_step=3,
         ).to_dict()
         for i in range(4)
     ]
     (run_dir / records.EPISODES_FILE).write_text("".join(json.dumps(e) + "\n" for e in episodes))
+    (run_dir / records.DONE_FILE).write_text(json.dumps({"summary": [], "train_step": 3}))
     metrics = [
         {
             "step": k + 1,
