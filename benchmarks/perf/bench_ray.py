@@ -1,7 +1,8 @@
 """What Ray costs on one machine: the sweep executor and the env actors against the local way.
 
-Sweep: the same grid of `--runs` scripted runs (random agent, SysDiag, `--episodes`
-evaluation episodes each) run by `benchmarks.sweep` with `--executor local` and with
+Sweep: the same grid of `--runs` runs (by default the random agent on SysDiag, `--episodes`
+evaluation episodes each; `--sweep-model small --sweep-steps 5` trains each with GRPO
+first, runs of a real length) run by `benchmarks.sweep` with `--executor local` and with
 `--executor ray` into fresh folders, in this process; prints wall seconds of each and
 the ratio ray / local, with Ray's start-up (`ray.init`, a local Ray) apart and included.
 The Ray tasks run in worker processes that import `benchmarks.run` first (torch
@@ -20,6 +21,9 @@ overhead; `--policy small` (or another model) puts an LLM's generation in the lo
 in training. Target: both ratios within 10 % of 1.
 
     python -m benchmarks.perf.bench_ray                    # 4 runs; 8 and 32 envs
+    # runs of a real length (small trained 5 iterations on KeyDoor), one at a time on Ray:
+    python -m benchmarks.perf.bench_ray --sweep-model small --sweep-env keydoor \
+        --sweep-steps 5 --cpus-per-run 2 --num-envs 8 --repeats 1
     python -m benchmarks.perf.bench_ray --no-sweep --policy small --env keydoor
 """
 
@@ -35,13 +39,12 @@ import ray
 import tyro
 
 from agents.base import Agent, ExpertAgent
+from agents.llm import LLMAgent
+from agents.models import ModelUnavailableError, load_model
 from agents.rollout import close_workers, collect
+from benchmarks import sweep
 from benchmarks.perf.timing import Stopwatch, machine_state
 from envs import SHORT_NAMES
-
-# benchmarks.sweep and the LLM agent are imported where they are used, not here: every
-# forkserver env worker re-imports this main module, and they pull in transformers and
-# peft (at 32 workers on a loaded 2-core machine that alone outlasted the reset timeout).
 
 
 @dataclass(frozen=True)
@@ -50,9 +53,19 @@ class BenchArgs:
     worker processes."""
 
     runs: int = 4
-    """Runs in the sweep grid (random agent on SysDiag, seeds 0..runs-1)."""
+    """Runs in the sweep grid (seeds 0..runs-1)."""
     episodes: int = 20
     """Evaluation episodes per sweep run."""
+    sweep_model: str = "random"
+    """Who the sweep's runs evaluate (and train, with --sweep-steps): random, or a model
+    such as small."""
+    sweep_env: str = "sysdiag"
+    """Env of the sweep's runs (a short name)."""
+    sweep_steps: int = 0
+    """Training iterations of each sweep run (GRPO); 0: evaluation only."""
+    cpus_per_run: float = 1.0
+    """Ray CPUs per sweep run; 2 on a 2-core machine runs one at a time, as the local
+    executor does, so the ratio is the executor's own overhead."""
     num_envs: tuple[int, ...] = (8, 32)
     """Parallel environments of the rollout comparison, one row each."""
     episodes_per_env: int = 4
@@ -73,22 +86,23 @@ class BenchArgs:
 
 def sweep_file(folder: Path, args: BenchArgs) -> Path:
     path = folder / "sweep.toml"
+    credit = "grpo" if args.sweep_steps else "none"
+    training = f"steps = {args.sweep_steps}\ntasks_per_step = 4\n" if args.sweep_steps else ""
     path.write_text(
-        '[common]\nenv = "sysdiag"\ncredit = "none"\nmodel = "random"\n'
-        f"eval_episodes = {args.episodes}\nsample_group_size = 0\n"
+        f'[common]\nenv = "{args.sweep_env}"\ncredit = "{credit}"\nmodel = "{args.sweep_model}"\n'
+        f"eval_episodes = {args.episodes}\nsample_group_size = 0\n{training}"
         f"[[grid]]\nseed = {list(range(args.runs))}\n"
     )
     return path
 
 
-def time_sweep(config: Path, out: Path, executor: str) -> float:
-    from benchmarks import sweep
-
+def time_sweep(config: Path, out: Path, executor: str, cpus_per_run: float = 1.0) -> float:
+    argv = ["--config", str(config), "--out", str(out), "--executor", executor, "--no-leaderboard"]
+    if executor == "ray":
+        argv += ["--cpus-per-run", str(cpus_per_run)]
     watch = Stopwatch()
     with watch:
-        code = sweep.main(
-            ["--config", str(config), "--out", str(out), "--executor", executor, "--no-leaderboard"]
-        )
+        code = sweep.main(argv)
     if code != 0:
         raise SystemExit(f"error: the {executor} sweep failed (exit status {code})")
     return watch.wall_s
@@ -117,14 +131,15 @@ def main(args: BenchArgs) -> None:
         raise SystemExit("error: --runs, --episodes, --repeats, --episodes-per-env must be >= 1")
     if not args.num_envs or min(args.num_envs) < 1:
         raise SystemExit("error: --num-envs must be >= 1")
-    if args.env not in SHORT_NAMES:
-        raise SystemExit(f"error: --env must be one of {', '.join(sorted(SHORT_NAMES))}")
+    if args.sweep_steps < 0 or args.cpus_per_run <= 0:
+        raise SystemExit("error: --sweep-steps must be >= 0 and --cpus-per-run > 0")
+    if args.env not in SHORT_NAMES or args.sweep_env not in SHORT_NAMES:
+        raise SystemExit(
+            f"error: --env / --sweep-env must be one of {', '.join(sorted(SHORT_NAMES))}"
+        )
     logging.basicConfig(level=logging.WARNING)
     agent: Agent = ExpertAgent()
     if args.policy != "expert":
-        from agents.llm import LLMAgent
-        from agents.models import ModelUnavailableError, load_model
-
         try:
             # Seeded per episode: every repeat and worker kind generates the same tokens.
             agent = LLMAgent(load_model(args.policy), max_new_tokens=16, seed=0)
@@ -169,10 +184,12 @@ def time_sweeps(args: BenchArgs) -> None:
         start = time.perf_counter()
         ray.init(num_cpus=args.cpus, include_dashboard=False, log_to_driver=False)
         init_s = time.perf_counter() - start
-        ray_s = time_sweep(config, folder / "ray", "ray")
-        warm_s = time_sweep(config, folder / "ray-warm", "ray")
+        ray_s = time_sweep(config, folder / "ray", "ray", args.cpus_per_run)
+        warm_s = time_sweep(config, folder / "ray-warm", "ray", args.cpus_per_run)
+    what = f"{args.sweep_model} on {args.sweep_env}, {args.sweep_steps} training iterations"
     print(
-        f"sweep of {args.runs} runs x {args.episodes} episodes: local {local_s:.1f} s; "
+        f"sweep of {args.runs} runs ({what}) x {args.episodes} episodes, "
+        f"{args.cpus_per_run:g} Ray CPUs per run: local {local_s:.1f} s; "
         f"ray {ray_s:.1f} s + ray.init {init_s:.1f} s, ratio ray / local "
         f"{ray_s / local_s:.2f} ({(ray_s + init_s) / local_s:.2f} with start-up); "
         f"on warm workers {warm_s:.1f} s, ratio {warm_s / local_s:.2f}",
