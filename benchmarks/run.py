@@ -1013,7 +1013,8 @@ def evaluate(
 
 
 def write_samples(cfg: RunConfig, env_id: str, run_dir: Path, policy: LoadedModel | None) -> None:
-    """Sample trajectories with the per-step credit of every registered module.
+    """Sample trajectories with the per-step credit of every registered module (the run's
+    own module with its --credit-convention and --credit-options, `credit_settings`).
 
     One group of `sample_group_size` rollouts of one evaluation task, sampled at the
     training temperature (a group, so that group-relative modules have something to
@@ -1051,16 +1052,27 @@ def write_samples(cfg: RunConfig, env_id: str, run_dir: Path, policy: LoadedMode
             agent_seed=episode_agent_seed(cfg.seed, "sample", 0),
         )
         scorer = policy
+    # The run's own module scores with the settings it trained with (convention, options);
+    # the others at their defaults.
+    own = {"convention": cfg.credit_convention, "options": credit_option_pairs(cfg)}
     credit_by_module = {
-        name: build_credit(name, scorer, prompt_history(cfg))(group).step_advantages
+        name: build_credit(
+            name, scorer, prompt_history(cfg), **(own if name == cfg.credit else {})
+        )(group).step_advantages
         for name in sorted(credit.REGISTRY)
     }
+    settings = (
+        {cfg.credit: {"convention": cfg.credit_convention, "options": dict(own["options"])}}
+        if cfg.credit in credit.REGISTRY
+        else {}
+    )
     lines = [
         json.dumps(
             {
                 "trajectory": trajectory.to_dict(),
                 "credit_model": scorer.name,
                 "credit": {name: values[i].tolist() for name, values in credit_by_module.items()},
+                "credit_settings": settings,
             },
             ensure_ascii=False,
         )

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks import records
-from benchmarks.run import RunConfig, main, parse_config, run, run_name
+from benchmarks.run import RunConfig, main, parse_config, run, run_name, write_samples
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -184,3 +184,26 @@ def test_training_run_writes_metrics_then_a_rerun_reuses_the_trained_policy(tmp_
     assert (run_dir / records.TRAINING_FILE).stat().st_mtime_ns == stamp
     assert records.read_metrics(run_dir) == metrics
     assert [e.index for e in records.read_episodes(run_dir)] == [0, 1, 2]
+
+
+def test_samples_score_the_runs_own_module_with_its_convention(tmp_path):
+    # The random agent's KeyDoor group has different returns (apple noise), so the GRPO
+    # conventions differ:
+    # TRL divides by the unbiased std + 1e-4, creditgym by the population std.
+    def samples(**settings):
+        cfg = scripted(tmp_path, env="keydoor", credit="none", sample_group_size=4)
+        cfg = dataclasses.replace(cfg, **settings)
+        run_dir = tmp_path / "samples" / str(sorted(settings.items()))
+        run_dir.mkdir(parents=True)
+        write_samples(cfg, "creditgym/KeyDoor-v0", run_dir, None)
+        return list(records.iter_jsonl(run_dir / records.SAMPLES_FILE))
+
+    default = samples()
+    trl = samples(credit="grpo", credit_convention="trl")
+    assert default[0]["credit_settings"] == {}
+    assert trl[0]["credit_settings"] == {"grpo": {"convention": "trl", "options": {}}}
+    returns = {sum(step["reward"] for step in s["trajectory"]["steps"]) for s in default}
+    assert len(returns) > 1, "the check needs a group whose returns differ"
+    grpo = [s["credit"]["grpo"] for s in default]
+    assert [s["credit"]["grpo"] for s in trl] != grpo  # the run's own settings
+    assert [s["credit"]["gigpo"] for s in trl] == [s["credit"]["gigpo"] for s in default]
