@@ -286,6 +286,10 @@ def horizon_figure(frame: pd.DataFrame, summary: pd.DataFrame, path: Path) -> bo
                     color=colours[method],
                 )
             axis.set_xscale("log", base=2)
+            # Ticks at the horizons run (5, 10, 20 are not powers of two), in plain numbers.
+            horizons = sorted(set(rows.horizon))
+            axis.set_xticks(horizons, [f"{h:g}" for h in horizons])
+            axis.minorticks_off()
             axis.set_xlabel(HORIZON_OPTIONS[env])
             axis.set_ylabel(label)
             axis.set_ylim(-0.05, 1.05)
