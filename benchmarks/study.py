@@ -75,11 +75,14 @@ def option(config: Mapping[str, Any], key: str) -> Any:
 
 
 def method_name(config: Mapping[str, Any]) -> str:
-    """The study's row name: credit module, its convention when not creditgym's, and the
-    trainer when not policy gradient (`gigpo (verl-agent)`, `sft+grpo`)."""
+    """The study's row name: credit module, its convention when not creditgym's, the
+    credit options it names, and the trainer when not policy gradient (`gigpo
+    (verl-agent)`, `hcapo [do_no_harm=false]`, `sft+grpo`)."""
     name = config["credit"]
     if config.get("credit_convention", "creditgym") != "creditgym":
         name += f" ({config['credit_convention']})"
+    if config.get("credit_options"):
+        name += f" [{' '.join(sorted(config['credit_options']))}]"
     if config["trainer"] != "policy_gradient":
         name = f"{config['trainer']}+{name}"
     return name

@@ -97,7 +97,8 @@ def _coerce(key: str, value: Any) -> Any:
         )
     if key == "faults":  # "a,b" or ["a", "b"] (in [common]; in a grid a list is an axis)
         return tuple(value.split(",")) if isinstance(value, str) else tuple(value)
-    if key == "env_options":  # "delay=16 variance=high" (in a grid, a list of such is an axis)
+    if key in ("env_options", "credit_options"):  # "delay=16 variance=high" (in a grid, a
+        # list of such strings is an axis)
         return tuple(value.split()) if isinstance(value, str) else tuple(value)
     return Path(value) if key == "out" else value
 

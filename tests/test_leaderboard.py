@@ -73,6 +73,14 @@ def test_sweep_fault_families_become_tuples(tmp_path):
     ]
 
 
+def test_sweep_option_strings_become_key_value_tuples(tmp_path):
+    grid = {"env": "keydoor", "env_options": "delay=4 variance=high", "credit": "hcapo"}
+    grid["credit_options"] = "do_no_harm=false gamma=1"
+    (config,) = sweep.expand({"grid": [grid]}, tmp_path)
+    assert config.env_options == ("delay=4", "variance=high")
+    assert config.credit_options == ("do_no_harm=false", "gamma=1")
+
+
 def test_sweep_rejects_unknown_option_with_suggestion(tmp_path, capsys):
     config = tmp_path / "bad.toml"
     config.write_text('[[grid]]\nenv = "sysdiag"\neval_episode = 3\n')

@@ -156,3 +156,14 @@ def test_the_report_writes_its_tables_and_figures(tmp_path):
 def test_iqm_is_the_mean_of_the_middle_half():
     # 8 values: the 2 lowest and 2 highest are cut.
     assert stats.iqm(np.array([[0.0, 100.0], [1.0, 2.0], [3.0, 4.0], [-50.0, 5.0]])) == 2.5
+
+
+def test_row_names_keep_conventions_options_and_trainers_apart():
+    base = {"credit": "hcapo", "trainer": "policy_gradient"}
+    assert study.method_name(base) == "hcapo"
+    assert study.method_name({**base, "credit_options": []}) == "hcapo"
+    options = {**base, "credit_options": ["gamma=1", "do_no_harm=false"]}
+    assert study.method_name(options) == "hcapo [do_no_harm=false gamma=1]"
+    verl = {"credit": "gigpo", "trainer": "policy_gradient", "credit_convention": "verl-agent"}
+    assert study.method_name(verl) == "gigpo (verl-agent)"
+    assert study.method_name({**base, "trainer": "sft"}) == "sft+hcapo"
