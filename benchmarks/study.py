@@ -298,11 +298,25 @@ def horizon_figure(frame: pd.DataFrame, summary: pd.DataFrame, path: Path) -> bo
             axis.set_ylim(-0.05, 1.05)
             axis.set_title(f"{env}: {label} (mean, 95 % CI)")
             axis.grid(alpha=0.3)
-    axes[0][0].legend(fontsize=8)
-    figure.tight_layout()
+    shared_legend(figure, axes)
     figure.savefig(path, dpi=110)
     plt.close(figure)
     return True
+
+
+def shared_legend(figure: plt.Figure, axes: np.ndarray) -> None:
+    """One legend under the panels naming every method drawn in any of them (a method
+    run on some tasks only, such as a diagnosis row, is missing from the first panel)."""
+    entries: dict[str, Any] = {}
+    for axis in axes.flat:
+        for handle, label in zip(*axis.get_legend_handles_labels(), strict=True):
+            entries.setdefault(label, handle)
+    columns = min(4, max(1, len(entries)))
+    figure.legend(
+        list(entries.values()), list(entries), loc="lower center", ncol=columns, fontsize=8
+    )
+    rows = math.ceil(len(entries) / columns)
+    figure.tight_layout(rect=(0, 0.035 * rows + 0.01, 1, 1))
 
 
 def curve_figure(runs: Sequence[records.RunData], frame: pd.DataFrame, x: str, path: Path) -> None:
@@ -340,8 +354,7 @@ def curve_figure(runs: Sequence[records.RunData], frame: pd.DataFrame, x: str, p
         axis.grid(alpha=0.3)
     for index in range(len(tasks), rows_n * columns):
         axes[index // columns][index % columns].axis("off")
-    axes[0][0].legend(fontsize=7)
-    figure.tight_layout()
+    shared_legend(figure, axes)
     figure.savefig(path, dpi=110)
     plt.close(figure)
 
