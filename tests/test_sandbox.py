@@ -93,6 +93,30 @@ def sandbox_processes() -> list[int]:
     return found
 
 
+def test_the_fork_servers_start_is_not_charged_to_the_first_program(monkeypatch) -> None:
+    # A server that takes longer to start than the program's whole wall limit (a loaded
+    # machine: the first program of a process timed out at 2 s when its clock included it).
+    import envs.code.sandbox as sandbox_module
+
+    servers: dict = {}
+    start = sandbox_module._ForkServer.__init__
+
+    def slow_start(self) -> None:
+        time.sleep(LIMITS.wall_seconds + 0.5)
+        start(self)
+
+    monkeypatch.setattr(sandbox_module._ForkServer, "__init__", slow_start)
+    monkeypatch.setattr(sandbox_module, "_fork_servers", servers)  # a fresh server here
+    try:
+        result = Sandbox(LIMITS).run_python("print('ok')")
+        assert not result.timed_out and result.stdout == "ok\n"
+        assert result.wall_seconds < LIMITS.wall_seconds
+    finally:
+        for server in servers.values():
+            server.process.kill()
+            server.process.wait()
+
+
 def test_plain_program_runs_with_stdin_and_exit_code(sandbox: Sandbox) -> None:
     result = sandbox.run_python(
         "import sys; data = sys.stdin.read(); print(data.upper()); sys.exit(3)", stdin=b"hi"
