@@ -480,6 +480,19 @@ def _reachable_interpreter_prefix(holder: Path) -> str:
     return ""
 
 
+def _writable_dev_null_prefix(holder: Path) -> str:
+    """Shell that mounts, in this private mount namespace, a fresh mode-0666 /dev/null
+    over the host's when others cannot write the host's (a container's can be 0644):
+    the unprivileged run's pytest and its user-namespace sandbox (which binds the host's
+    node) need one, and the root-mode sandbox makes its own (tested below)."""
+    if os.stat("/dev/null").st_mode & stat.S_IWOTH:
+        return ""
+    return (
+        f"mkdir -p {holder} && mount -t tmpfs -o mode=0755 tmpfs {holder} && "
+        f"mknod -m 666 {holder}/null c 1 3 && mount --bind {holder}/null /dev/null && "
+    )
+
+
 needs_root_and_util_linux = pytest.mark.skipif(
     os.geteuid() != 0 or not (shutil.which("unshare") and shutil.which("setpriv")),
     reason="switches to other users: needs root and util-linux's unshare and setpriv "
@@ -503,10 +516,12 @@ def test_sandbox_tests_pass_as_an_unprivileged_user(tmp_path: Path) -> None:
     )
     command = (
         f"{_reachable_interpreter_prefix(tmp_path)}"
+        f"{_writable_dev_null_prefix(tmp_path / 'dev')}"
         f"exec {' '.join(drop)} "
         f"env -i HOME=/tmp PATH={MINIMAL_ENV['PATH']} PYTHONDONTWRITEBYTECODE=1 "
         f"{sys.executable} -m pytest -q -p no:cacheprovider -x {' '.join(tests)} "
-        "-k 'not as_an_unprivileged_user and not refused and (not trick or forged or always or gc)'"
+        "-k 'not as_an_unprivileged_user and not refused and not device_nodes "
+        "and (not trick or forged or always or gc)'"
     )
     result = subprocess.run(
         ["unshare", "--mount", "--propagation", "private", "sh", "-c", command],
@@ -519,6 +534,36 @@ def test_sandbox_tests_pass_as_an_unprivileged_user(tmp_path: Path) -> None:
     summary = result.stdout.strip().splitlines()[-1]
     assert int(summary.split(" passed")[0].split()[-1]) >= 25, summary
     assert "skipped" not in summary and "failed" not in summary, summary
+
+
+@needs_root_and_util_linux
+def test_device_nodes_work_where_the_hosts_dev_null_is_not_world_writable(
+    tmp_path: Path,
+) -> None:
+    """Root mode under a host /dev/null of mode 0644 (seen in a container): the program,
+    running as a sandbox uid, still writes /dev/null and reads /dev/zero, because the
+    fork server makes its own nodes; binding the host's, it got PermissionError."""
+    program = (
+        "from envs.code.sandbox import Sandbox, isolation_mode\n"
+        "code = \"print(open('/dev/null', 'w').write('xy'), open('/dev/zero', 'rb').read(2))\"\n"
+        "result = Sandbox().run_python(code)\n"
+        "print(isolation_mode(), result.ok, result.stdout.strip(), result.stderr.strip()[-300:])\n"
+    )
+    command = (
+        f"mount -t tmpfs -o mode=0755 tmpfs {tmp_path} && mknod -m 644 {tmp_path}/null c 1 3 && "
+        f"mount --bind {tmp_path}/null /dev/null && "
+        f'stat -c %a /dev/null && exec {sys.executable} -c "$0"'
+    )
+    result = subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", "sh", "-c", command, program],
+        cwd=REPOSITORY,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    lines = [line.strip() for line in result.stdout.splitlines()]
+    assert lines == ["644", "root True 2 b'\\x00\\x00'"], result.stdout
 
 
 @needs_root_and_util_linux

@@ -20,8 +20,9 @@ ones container runtimes use), set up between `fork` and `exec`:
 
 - Nothing of the host's files: the tree holds the interpreter binary, the libraries
   `ldd` lists for it and its extension modules, the standard library with
-  site-packages hidden, /etc/ld.so.cache, and /dev/{null,zero,random,urandom} --
-  no /etc, no home, no checkout, no task files; tests read for them.
+  site-packages hidden, /etc/ld.so.cache, and /dev/{null,zero,random,urandom} (made
+  afresh, world-writable, as root; the host's bound in user-namespace mode) -- no
+  /etc, no home, no checkout, no task files; tests read for them.
 - No network: the network namespace has only a downed loopback, so every connect fails
   (ENETUNREACH); tests check it.
 - No writes outside the working directory: the tree is read-only; the only writable
@@ -78,6 +79,7 @@ import resource
 import selectors
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import threading
@@ -124,7 +126,10 @@ SANDBOX_UID_SPAN = 1_000_000
 
 # The harness's own interpreter, by its real path (a venv symlink would need the venv).
 INTERPRETER = os.path.realpath(sys.executable)
-# Device nodes a program may expect; binds of the host's, so no mknod is needed.
+# Device nodes a program may expect. As real root the fork server makes its own, mode
+# 0666 whatever the host's are (a container's /dev/null can be 0644, which the sandbox's
+# uids could not write); in user-namespace mode, where mknod is refused, it binds the
+# host's.
 DEVICE_NODES = ("/dev/null", "/dev/zero", "/dev/random", "/dev/urandom")
 # Where the fork server builds its tree before pivoting into it (inside its own mount
 # namespace, so the host's /tmp is untouched).
@@ -426,7 +431,7 @@ def _serve_forks(socket_fd: int, plan: dict[str, list[str]], user_namespace: boo
         proc_fd = os.open("/proc", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
         if user_namespace:
             _become_namespace_root(channel, proc_fd)
-        _enter_jail(plan)
+        _enter_jail(plan, own_device_nodes=not user_namespace)
         own_pid_namespace = os.open("self/ns/pid", os.O_RDONLY | os.O_CLOEXEC, dir_fd=proc_fd)
     except BaseException as error:
         channel.send(f"error {type(error).__name__}: {error}".encode())
@@ -509,13 +514,15 @@ def _become_namespace_root(channel: socket.socket, proc_fd: int) -> None:
     os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
 
 
-def _enter_jail(plan: dict[str, list[str]]) -> None:
+def _enter_jail(plan: dict[str, list[str]], own_device_nodes: bool) -> None:
     """Make this process's root a read-only tmpfs holding only `plan`'s paths.
 
     `plan` (from `_jail_plan`): "dirs" and "files" to bind at their own paths, "hidden"
     directories inside those to cover with an empty tmpfs. Also unshares the network
     namespace, leaving only a downed loopback. The tree gets an empty /tmp, on which
-    each execution mounts its own.
+    each execution mounts its own. With `own_device_nodes` (real root only) the
+    `DEVICE_NODES` among the files are made afresh, mode 0666, on a /dev tmpfs of their
+    own instead of bound (see `DEVICE_NODES`).
     """
     libc = _libc()
     _check(libc.unshare(CLONE_NEWNS | CLONE_NEWNET), "unshare mount and network namespaces")
@@ -526,9 +533,22 @@ def _enter_jail(plan: dict[str, list[str]]) -> None:
     sources = {
         path: os.open(path, os.O_PATH | os.O_CLOEXEC) for path in plan["dirs"] + plan["files"]
     }
+    devices = {}  # path -> device number, for the nodes made instead of bound
+    for path in plan["files"]:
+        if own_device_nodes and path in DEVICE_NODES:
+            host = os.stat(sources[path])
+            if stat.S_ISCHR(host.st_mode):
+                devices[path] = host.st_rdev
     root = JAIL_BUILD_DIR
     _mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,nr_inodes=4096,mode=0755")
-    for path in plan["dirs"] + plan["files"]:
+    if devices:
+        # Not MS_NODEV: the nodes must work; nothing else is ever placed here.
+        os.makedirs(root + "/dev")
+        _mount("tmpfs", root + "/dev", "tmpfs", MS_NOSUID | MS_NOEXEC, "size=4k,mode=0755")
+        for path, device in devices.items():
+            os.mknod(root + path, stat.S_IFCHR | 0o666, device)
+            os.chmod(root + path, 0o666)  # mknod's mode passes through the umask
+    for path in [p for p in plan["dirs"] + plan["files"] if p not in devices]:
         target = root + path
         os.makedirs(os.path.dirname(target), exist_ok=True)
         if path in plan["dirs"]:
