@@ -258,3 +258,30 @@ def test_credit_options_enter_the_run_identity_in_any_order_and_bad_ones_are_ref
     ):
         with pytest.raises(UsageError, match=message):
             validate(dataclasses.replace(base, credit_options=bad))
+
+
+def test_weight_normalisation_makes_hp_rlvr_credit_blind_to_the_divergence_level(tiny):
+    """normalise_weights=True: w = d / mean d, so a trajectory's credit does not move when
+    every divergence is scaled; False: w = d, so the credit scales with it."""
+    success = tokenised(three_steps(), tiny)
+
+    def step_credit(normalise: bool, scale: float) -> np.ndarray:
+        module = HPRLVR(tiny, normalise_weights=normalise, score_memo=memo_for(tiny))
+        for t in range(success.length):
+            mask = action_span_mask(tiny.tokenizer, success, t)
+            jsd = np.full(mask.size, scale * (0.1 + 0.1 * t), dtype=np.float32)
+            zeros = np.zeros(mask.size, dtype=np.float32)
+            pair = (
+                causal_view(tiny.tokenizer, success, t, module.history_len),
+                module.hindsight_view_of(success, t),
+            )
+            module.score_memo.pairs[pair] = PairedScores(zeros, zeros, jsd)
+        return module([success]).step_advantages[0]
+
+    normalised = step_credit(True, 1.0), step_credit(True, 0.1)
+    raw = step_credit(False, 1.0), step_credit(False, 0.1)
+    np.testing.assert_allclose(normalised[0], normalised[1], rtol=1e-5)
+    np.testing.assert_allclose(raw[1], 0.1 * raw[0], rtol=1e-5)
+    # Both rank the later (more divergent) steps higher; only the scale differs.
+    assert (np.diff(normalised[0]) > 0).all() and (np.diff(raw[0]) > 0).all()
+    assert not np.allclose(raw[0], normalised[0])
