@@ -487,9 +487,15 @@ def _writable_dev_null_prefix(holder: Path) -> str:
     node) need one, and the root-mode sandbox makes its own (tested below)."""
     if os.stat("/dev/null").st_mode & stat.S_IWOTH:
         return ""
+    return _dev_null_of_mode(holder, "666")
+
+
+def _dev_null_of_mode(holder: Path, mode: str) -> str:
+    """Shell that covers /dev/null with a fresh null node of `mode`, kept on a tmpfs at
+    `holder` (run as root in a private mount namespace)."""
     return (
         f"mkdir -p {holder} && mount -t tmpfs -o mode=0755 tmpfs {holder} && "
-        f"mknod -m 666 {holder}/null c 1 3 && mount --bind {holder}/null /dev/null && "
+        f"mknod -m {mode} {holder}/null c 1 3 && mount --bind {holder}/null /dev/null && "
     )
 
 
@@ -550,8 +556,7 @@ def test_device_nodes_work_where_the_hosts_dev_null_is_not_world_writable(
         "print(isolation_mode(), result.ok, result.stdout.strip(), result.stderr.strip()[-300:])\n"
     )
     command = (
-        f"mount -t tmpfs -o mode=0755 tmpfs {tmp_path} && mknod -m 644 {tmp_path}/null c 1 3 && "
-        f"mount --bind {tmp_path}/null /dev/null && "
+        f"{_dev_null_of_mode(tmp_path / 'dev', '644')}"
         f'stat -c %a /dev/null && exec {sys.executable} -c "$0"'
     )
     result = subprocess.run(
