@@ -11,7 +11,9 @@ For each value of the swept env option (KeyDoor's `delay`, Umbrella's `length`):
 2. a pool of `--pool` trajectories from that same policy through the rollout engine
    (`agents.rollout.collect`; G = `--group-size` rollouts per group, groups cycling
    through the tasks), the LLM prompting without history (the envs are Markov);
-3. per credit module and batch size B: the pool cut into consecutive disjoint batches of
+3. every distinct view the hindsight modules score, scored once (one memo for all
+   modules and batch sizes: the weights never change); then per credit module and
+   batch size B: the pool cut into consecutive disjoint batches of
    B trajectories (whole groups), the module called on each in turn as a trainer would
    (so stateful modules carry their state from batch to batch), and
    `credit.truth_metrics` against the truth: Pearson / Spearman of credit with
@@ -70,6 +72,7 @@ from credit.ground_truth import (
     reachable_states,
     uniform_policy,
 )
+from credit.scoring import ScoreMemo, prefetch_modules
 from credit.truth_metrics import TruthSet, gradient_estimate, gradient_stats, step_agreement
 
 UNIFORM = "uniform"
@@ -417,7 +420,16 @@ def score_value(
         f"in {sum(t.seconds for t in task_truths):.1f} s",
         flush=True,
     )
-    context = CreditContext(policy=policy, history_len=0, generation_cache_bytes=0)
+    # One memo for every module and batch size: the weights never change here, so each
+    # distinct view is scored once (in one batched pass, its prompt prefix shared by the
+    # modules' views), and a batch size after the first reads its scores from the memo.
+    memo = ScoreMemo()
+    context = CreditContext(policy=policy, history_len=0, generation_cache_bytes=0, score_memo=memo)
+    if policy is not None:
+        start = time.perf_counter()
+        modules = [build(credit.resolve(name), context) for name in names]
+        views = prefetch_modules(memo, policy, modules, pool, history_len=0)
+        print(f"  {views} distinct views scored in {time.perf_counter() - start:.0f} s", flush=True)
     rows = []
     for name in names:
         start = time.perf_counter()

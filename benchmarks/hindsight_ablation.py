@@ -63,7 +63,7 @@ from benchmarks.credit_truth import make_env as make_truth_env
 from credit.base import CreditContext, CreditModule, build
 from credit.evaluate import EvaluateArgs, auroc, collect
 from credit.options import parse_options
-from credit.scoring import ScoreMemo, prefetch
+from credit.scoring import ScoreMemo, prefetch_modules
 from credit.truth_metrics import (
     TruthSet,
     cosine,
@@ -72,7 +72,6 @@ from credit.truth_metrics import (
     spearman,
     true_advantages,
 )
-from credit.views import causal_view
 
 CONFIDENCE = 0.95
 
@@ -445,36 +444,12 @@ def collect_policy(args: AblationArgs, env_id: str, policy: LoadedModel) -> Coll
     return Collected(pool, 0, truths, f"policy samples ({args.model}, shared noise per group)")
 
 
-def build_variant(variant: Variant, context: CreditContext, memo: ScoreMemo) -> CreditModule:
+def build_variant(variant: Variant, context: CreditContext) -> CreditModule:
     """The variant's module (`credit.build` with its options); hindsight modules read the
-    shared memo, so views scored once serve every variant."""
-    module = build(
+    context's shared memo, so views scored once serve every variant."""
+    return build(
         credit.resolve(variant.module), dataclasses.replace(context, options=variant.options)
     )
-    if module.needs_policy:
-        module.score_memo = memo
-    return module
-
-
-def prefetch_views(
-    modules: Sequence[CreditModule],
-    collected: Collected,
-    policy: LoadedModel,
-    memo: ScoreMemo,
-) -> int:
-    """Score every step's causal view and every hindsight module's view of it at once.
-
-    Returns the number of distinct views scored.
-    """
-    hindsight_modules = [m for m in modules if m.needs_policy]
-    steps = []
-    for trajectory in collected.trajectories:
-        for t in range(trajectory.length):
-            causal = causal_view(policy.tokenizer, trajectory, t, collected.history_len)
-            views = [m.hindsight_view_of(trajectory, t) for m in hindsight_modules]
-            steps.append((causal, list(dict.fromkeys(views))))
-    prefetch(memo, policy, steps)
-    return len(memo.logprobs)
 
 
 def variant_credits(
@@ -498,11 +473,14 @@ def score_variants(
     """One row per variant: its figures with bootstrap intervals, on the same trajectories."""
     memo = ScoreMemo()
     context = CreditContext(
-        policy=policy, history_len=collected.history_len, generation_cache_bytes=0
+        policy=policy,
+        history_len=collected.history_len,
+        generation_cache_bytes=0,
+        score_memo=memo,
     )
-    modules = [build_variant(variant, context, memo) for variant in variants]
+    modules = [build_variant(variant, context) for variant in variants]
     start = time.perf_counter()
-    views = prefetch_views(modules, collected, policy, memo)
+    views = prefetch_modules(memo, policy, modules, collected.trajectories, collected.history_len)
     print(f"scored {views} distinct views in {time.perf_counter() - start:.0f} s", flush=True)
     rng = np.random.default_rng(args.seed)
     count = len(collected.trajectories)

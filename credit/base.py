@@ -44,7 +44,7 @@ import numpy as np
 from agents.generation_cache import DEFAULT_GENERATION_CACHE_BYTES
 from agents.trajectory import Trajectory
 from credit.options import OptionParser, parse_options
-from credit.scoring import DEFAULT_MEMORY_BUDGET_BYTES
+from credit.scoring import DEFAULT_MEMORY_BUDGET_BYTES, ScoreMemo
 
 if TYPE_CHECKING:
     from agents.generation_cache import GenerationCache
@@ -94,6 +94,10 @@ class CreditContext:
         options: (key, value) text pairs the user named (`--credit-option key=value`),
             parsed by the module's `options` (`credit.options.parse_options`); empty:
             every option at its default.
+        score_memo: scores kept across calls for one set of weights
+            (`credit.scoring.ScoreMemo`), shared by every module built with this context,
+            so a view scored once serves them all; None: every call scores afresh (what a
+            trainer needs, whose weights change every update).
     """
 
     policy: LoadedModel | None = None
@@ -102,6 +106,7 @@ class CreditContext:
     memory_budget_bytes: int = DEFAULT_MEMORY_BUDGET_BYTES
     convention: str = DEFAULT_CONVENTION
     options: tuple[tuple[str, str], ...] = ()
+    score_memo: ScoreMemo | None = None
 
 
 @runtime_checkable

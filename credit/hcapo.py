@@ -378,6 +378,7 @@ class HCAPO(CreditModuleBase):
             history_len=context.history_len,
             memory_budget_bytes=context.memory_budget_bytes,
             generation_cache_bytes=context.generation_cache_bytes,
+            score_memo=context.score_memo,
             **parse_options(cls, context.options),
         )
 

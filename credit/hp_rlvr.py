@@ -255,6 +255,7 @@ class HPRLVR(CreditModuleBase):
             history_len=context.history_len,
             memory_budget_bytes=context.memory_budget_bytes,
             generation_cache_bytes=context.generation_cache_bytes,
+            score_memo=context.score_memo,
             **parse_options(cls, context.options),
         )
 

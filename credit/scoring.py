@@ -46,7 +46,8 @@ from agents.generation_cache import (
     parameter_fingerprint,
 )
 from agents.models import LoadedModel
-from credit.views import TeacherForced
+from agents.trajectory import Trajectory
+from credit.views import TeacherForced, causal_view
 
 # 1 GiB: comfortably inside a 24 GiB machine shared by several processes.
 DEFAULT_MEMORY_BUDGET_BYTES = 1 << 30
@@ -480,10 +481,18 @@ def prefetch(
     """
     memo.check(loaded)
     rows: dict[int, list[tuple[TeacherForced, tuple[TeacherForced, ...], int]]] = {}
+    queued: set[tuple[TeacherForced, TeacherForced]] = set()
     for causal, hindsight in steps:
-        hindsight = tuple(dict.fromkeys(h for h in hindsight if (causal, h) not in memo.pairs))
+        # Steps repeat (rollouts of one group that took the same actions): each pair is
+        # scored once, whether the memo had it or an earlier step of this call queued it.
+        hindsight = tuple(
+            dict.fromkeys(
+                h for h in hindsight if (causal, h) not in memo.pairs and (causal, h) not in queued
+            )
+        )
         if not hindsight or not causal.action_ids:
             continue
+        queued.update((causal, h) for h in hindsight)
         if any(h.action_ids != causal.action_ids for h in hindsight):
             raise ValueError("a step's causal and hindsight views carry different action ids")
         fitted = fit_to_model(loaded, [causal, *hindsight])
@@ -515,6 +524,35 @@ def prefetch(
                         scores = _paired_scores(log_p, log_q, causal.action_ids)
                         memo.pairs[(causal, view)] = scores
                         memo.logprobs.setdefault(view, scores.hindsight_logprobs)
+
+
+def prefetch_modules(
+    memo: ScoreMemo,
+    loaded: LoadedModel,
+    modules: Sequence[object],
+    trajectories: Sequence[Trajectory],
+    history_len: int,
+    memory_budget_bytes: int = DEFAULT_MEMORY_BUDGET_BYTES,
+) -> int:
+    """`prefetch` every step's causal view and each hindsight module's view of it.
+
+    `modules` may mix kinds: those with `needs_policy` (HCAPO, HP-RLVR: they expose
+    `hindsight_view_of(trajectory, t)`) contribute their views, the others nothing.
+    Afterwards the modules, built with `memo` (`CreditContext.score_memo`), compute their
+    credit on these trajectories from memo hits alone. Identical views (rollouts that
+    repeated each other) are scored once. Returns the number of distinct views in `memo`.
+    """
+    hindsight_modules = [m for m in modules if getattr(m, "needs_policy", False)]
+    if not hindsight_modules:
+        return len(memo.logprobs)
+    steps = []
+    for trajectory in trajectories:
+        for t in range(trajectory.length):
+            causal = causal_view(loaded.tokenizer, trajectory, t, history_len)
+            views = [m.hindsight_view_of(trajectory, t) for m in hindsight_modules]
+            steps.append((causal, list(dict.fromkeys(views))))
+    prefetch(memo, loaded, steps, memory_budget_bytes)
+    return len(memo.logprobs)
 
 
 def _paired_scores(log_p: torch.Tensor, log_q: torch.Tensor, action_ids) -> PairedScores:

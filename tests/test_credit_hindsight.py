@@ -8,9 +8,16 @@ import pytest
 import torch
 
 from agents.models import build_tiny
+from credit.base import CreditContext, build
 from credit.hcapo import HCAPO, HCAPOSeed, self_normalised_ratio
 from credit.hp_rlvr import HPRLVR, divergence_weights, future_hindsight
-from credit.scoring import jensen_shannon, score_divergence, score_logprobs
+from credit.scoring import (
+    ScoreMemo,
+    jensen_shannon,
+    prefetch_modules,
+    score_divergence,
+    score_logprobs,
+)
 from credit.views import TeacherForced, causal_view
 from tests.credit_cases import scripted_trajectory, tokenised
 
@@ -265,3 +272,44 @@ def test_hp_rlvr_baseline_is_an_ema_kept_across_batches_and_checkpointed(tiny):
     assert restored.baseline(batch[0]) == pytest.approx(0.9)
     unseen = scripted_trajectory("c", [1.0], True, task_id="t9")
     assert restored.baseline(unseen) == pytest.approx(module.global_baseline)
+
+
+def test_prefetched_memo_scores_each_distinct_view_once_and_serves_the_modules_credit(tiny):
+    """A pool whose rollouts repeat each other (a group that took the same actions) is
+    scored once per distinct view, and modules built with the shared memo give the credit
+    of modules that score afresh."""
+    a = tokenised(scripted_trajectory("a", [0.0, 1.0], True, task_id="t1"), tiny)
+    b = tokenised(scripted_trajectory("b", [0.0, 0.0], False, task_id="t1"), tiny)
+    rows = []
+    hook = tiny.model.register_forward_hook(
+        lambda _m, _args, kwargs, _o: rows.append(kwargs["input_ids"].shape[0]), with_kwargs=True
+    )
+    try:
+
+        def prefetched(pool):
+            rows.clear()
+            memo = ScoreMemo()
+            context = CreditContext(
+                policy=tiny, history_len=2, generation_cache_bytes=0, score_memo=memo
+            )
+            modules = [build(cls, context) for cls in (HCAPO, HPRLVR)]
+            views = prefetch_modules(memo, tiny, modules, pool, history_len=2)
+            return views, sum(rows), context
+
+        distinct_views, distinct_rows, _ = prefetched([a, b])
+        views, scored_rows, context = prefetched([a, b, a, a, b])
+    finally:
+        hook.remove()
+    # Per step: the causal view, HCAPO's and HP-RLVR's hindsight views.
+    assert distinct_views == views == 3 * (a.length + b.length)
+    assert scored_rows == distinct_rows > 0
+    pool = [a, b, a, a, b]
+    fresh = CreditContext(policy=tiny, history_len=2, generation_cache_bytes=0)
+    for cls in (HCAPO, HPRLVR):
+        rows.clear()
+        served = build(cls, context)(pool).step_advantages
+        assert not rows  # every view a memo hit: no forward
+        for got, want in zip(served, build(cls, fresh)(pool).step_advantages, strict=True):
+            # Prefetch chunks rows differently (one shared prefix for three views), so
+            # float32 sums differ in the last bits only.
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)

@@ -68,6 +68,10 @@ def test_one_training_step_on_every_registered_env(env_id, tmp_path):
 
 def test_summary_warns_when_most_episodes_are_truncated(tmp_path, capsys):
     argv = ["--env", "sysdiag", "--model", "random", "--credit", "none", "--eval-episodes", "4"]
-    assert main([*argv, "--max-episode-steps", "1", "--sample-group-size", "0",
-                 "--out", str(tmp_path)]) == 0
+    assert (
+        main(
+            [*argv, "--max-episode-steps", "1", "--sample-group-size", "0", "--out", str(tmp_path)]
+        )
+        == 0
+    )
     assert "hit the step limit T = 1" in capsys.readouterr().out

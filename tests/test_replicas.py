@@ -33,9 +33,7 @@ def test_replicas_of_one_seed_draw_independent_umbrella_coins():
 
 @pytest.mark.parametrize("env_id", ["creditgym/Umbrella-v0", "creditgym/KeyDoor-v0"])
 def test_a_collected_group_shares_the_task_but_not_the_noise(env_id):
-    trajectories, _ = collect(
-        env_id, RandomAgent(seed=0), seeds=[11], group_size=6, num_envs=2
-    )
+    trajectories, _ = collect(env_id, RandomAgent(seed=0), seeds=[11], group_size=6, num_envs=2)
     assert len({t.group_id for t in trajectories}) == 1
     assert len({t.task_id for t in trajectories}) == 1
     assert len({t.initial_observation.splitlines()[0] for t in trajectories}) == 1
