@@ -48,30 +48,35 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 
-from agents.generation_cache import DEFAULT_GENERATION_CACHE_BYTES, GenerationCache
+from agents.generation_cache import DEFAULT_GENERATION_CACHE_BYTES
 from agents.models import LoadedModel
 from agents.prompts import HINDSIGHT_POSITIONS
 from agents.trajectory import Trajectory
 from credit.base import (
-    CreditContext,
-    CreditModuleBase,
     CreditOutput,
     broadcast_to_tokens,
 )
 from credit.gigpo import discounted_returns
 from credit.grpo import ZERO_STD_TOL, group_members, group_normalised
-from credit.hindsight import CONTENTS, HCAPO_WORDING, WORDINGS, HindsightContent, hindsight_block
+from credit.hindsight import (
+    CONTENTS,
+    HCAPO_WORDING,
+    WORDINGS,
+    HindsightBlock,
+    HindsightContent,
+    HindsightScorer,
+    hindsight_block,
+)
 from credit.options import (
     OptionParser,
     choice,
     parse_bool,
     parse_float,
     parse_int,
-    parse_options,
     parse_pair,
 )
 from credit.scoring import DEFAULT_MEMORY_BUDGET_BYTES, ScoreMemo, score_logprobs
-from credit.views import TeacherForced, action_span_mask, causal_view, hindsight_view
+from credit.views import action_span_mask, causal_view
 
 Variant = Literal["paper", "seed"]
 MicroNormalisation = Literal["group", "time_step"]
@@ -246,7 +251,7 @@ def check_credit_options(
         )
 
 
-class HCAPO(CreditModuleBase):
+class HCAPO(HindsightScorer):
     """Hindsight credit (HCAPO, arXiv 2603.08754); see the module docstring for the math.
 
     Args:
@@ -287,7 +292,6 @@ class HCAPO(CreditModuleBase):
     """
 
     name = "hcapo"
-    needs_policy = True
     # The options a user can set by name (`--credit-option key=value`), with their parsers.
     options: ClassVar[dict[str, OptionParser]] = {
         "variant": choice("paper", "seed"),
@@ -334,18 +338,24 @@ class HCAPO(CreditModuleBase):
         check_credit_options(
             variant, temperature, clip, gamma, smoothing_alpha, micro_normalisation, causal_contrast
         )
-        if hindsight not in CONTENTS or hindsight_position not in HINDSIGHT_POSITIONS:
-            raise ValueError(
-                f"hindsight must be one of {', '.join(CONTENTS)} and hindsight_position one "
-                f"of {', '.join(HINDSIGHT_POSITIONS)}, got {hindsight!r}, {hindsight_position!r}"
-            )
-        if wording not in WORDINGS:
-            raise ValueError(f"wording must be one of {', '.join(WORDINGS)}, got {wording!r}")
         if length_normalisation not in ("response", "action"):
             raise ValueError(
                 f"length_normalisation must be 'response' or 'action', got {length_normalisation!r}"
             )
-        self.model = model
+        self._init_scorer(
+            model,
+            HindsightBlock(
+                hindsight,
+                wording,
+                hindsight_position,
+                future_steps,
+                max_observation_chars,
+                history_len,
+            ),
+            memory_budget_bytes,
+            generation_cache_bytes,
+            score_memo,
+        )
         self.variant = variant
         self.temperature = temperature
         self.clip = clip
@@ -355,54 +365,8 @@ class HCAPO(CreditModuleBase):
         self.macro_weight = macro_weight
         self.omega = omega
         self.do_no_harm = do_no_harm
-        self.hindsight = hindsight
-        self.hindsight_position = hindsight_position
-        self.wording = wording
-        self.future_steps = future_steps
-        self.max_observation_chars = max_observation_chars
         self.length_normalisation = length_normalisation
         self.causal_contrast = causal_contrast
-        self.history_len = history_len
-        self.memory_budget_bytes = memory_budget_bytes
-        self.generation_cache = (
-            GenerationCache(model.model, generation_cache_bytes) if generation_cache_bytes else None
-        )
-        self.score_memo = score_memo
-
-    @classmethod
-    def from_context(cls, context: CreditContext) -> HCAPO:
-        """Scores with `context.policy`, prompts rebuilt with its history length, and the
-        options the user named (`context.options`, parsed by `HCAPO.options`)."""
-        return cls(
-            context.policy,
-            history_len=context.history_len,
-            memory_budget_bytes=context.memory_budget_bytes,
-            generation_cache_bytes=context.generation_cache_bytes,
-            score_memo=context.score_memo,
-            **parse_options(cls, context.options),
-        )
-
-    def hindsight_text(self, trajectory: Trajectory, t: int) -> str:
-        """The hindsight block of step t, as the options choose it."""
-        return hindsight_block(
-            self.hindsight,
-            trajectory,
-            t,
-            WORDINGS[self.wording],
-            self.future_steps,
-            self.max_observation_chars,
-        )
-
-    def hindsight_view_of(self, trajectory: Trajectory, t: int) -> TeacherForced:
-        """The view HCAPO scores for step t: its prompt with the hindsight block."""
-        return hindsight_view(
-            self.model.tokenizer,
-            trajectory,
-            t,
-            self.hindsight_text(trajectory, t),
-            self.history_len,
-            self.hindsight_position,
-        )
 
     def hindsight_q(self, trajectories: Sequence[Trajectory]) -> tuple[list[np.ndarray], dict]:
         """Q^H per step ([T_i] float64 each), scoring only trajectories with a non-zero value."""

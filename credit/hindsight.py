@@ -28,6 +28,10 @@ Where the block sits (`agents.prompts.HINDSIGHT_POSITIONS`): `before_instruction
 up to there is a shared prefix the generation cache can serve), `after_task` (before the
 history and the current observation) or `after_instruction` (the last thing before the
 response).
+
+`HindsightBlock` holds these options together (what a module shows, and where), and
+`HindsightScorer` is what HCAPO and HP-RLVR share on top of it: the policy they
+teacher-force, the views they score, and the scoring engine's caches.
 """
 
 from __future__ import annotations
@@ -35,7 +39,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from transformers import PreTrainedTokenizerBase
+
+from agents.generation_cache import GenerationCache
+from agents.models import LoadedModel
+from agents.prompts import HINDSIGHT_POSITIONS
 from agents.trajectory import Trajectory
+from credit.base import CreditContext, CreditModuleBase
+from credit.options import parse_options
+from credit.scoring import ScoreMemo
+from credit.views import TeacherForced, hindsight_view
 
 HindsightContent = Literal["outcome", "feedback", "final_action", "final", "future"]
 CONTENTS: tuple[str, ...] = ("outcome", "feedback", "final_action", "final", "future")
@@ -83,3 +96,116 @@ def hindsight_block(
             lines.append(f"[Result {offset}]: {step.observation[:max_observation_chars]}")
             lines.append(f"[Next action {offset}]: {step.action}")
     return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class HindsightBlock:
+    """Which hindsight prompt a module scores: the options of `credit.hcapo.HCAPO` and
+    `credit.hp_rlvr.HPRLVR` of the names in brackets.
+
+    Attributes:
+        content: what the block shows, one of `CONTENTS` (`hindsight`).
+        wording: verdict words, a key of `WORDINGS` (`wording`).
+        position: where it sits, one of `agents.prompts.HINDSIGHT_POSITIONS`
+            (`hindsight_position`).
+        future_steps: steps of realised future in a `future` block.
+        max_observation_chars: characters kept of each observation in the block.
+        history_len: steps of history in the rebuilt prompt (the rollout's K).
+    """
+
+    content: str
+    wording: str
+    position: str = "before_instruction"
+    future_steps: int = 8
+    max_observation_chars: int = 400
+    history_len: int = 2
+
+    def __post_init__(self) -> None:
+        if (
+            self.content not in CONTENTS
+            or self.wording not in WORDINGS
+            or self.position not in HINDSIGHT_POSITIONS
+        ):
+            raise ValueError(
+                f"hindsight, wording and hindsight_position must be one of {CONTENTS}, "
+                f"{tuple(WORDINGS)}, {HINDSIGHT_POSITIONS}; got {self.content!r}, "
+                f"{self.wording!r}, {self.position!r}"
+            )
+
+    def text(self, trajectory: Trajectory, t: int) -> str:
+        """The hindsight text of step t (`hindsight_block`)."""
+        return hindsight_block(
+            self.content,
+            trajectory,
+            t,
+            WORDINGS[self.wording],
+            self.future_steps,
+            self.max_observation_chars,
+        )
+
+    def view(
+        self, tokenizer: PreTrainedTokenizerBase, trajectory: Trajectory, t: int
+    ) -> TeacherForced:
+        """Step t's hindsight view: its prompt with the block, then its action ids."""
+        return hindsight_view(
+            tokenizer, trajectory, t, self.text(trajectory, t), self.history_len, self.position
+        )
+
+
+HCAPO_BLOCK = HindsightBlock("final_action", "hcapo")  # HCAPO's defaults
+HP_RLVR_BLOCK = HindsightBlock("future", "hp_rlvr")  # HP-RLVR's defaults
+
+
+class HindsightScorer(CreditModuleBase):
+    """Base of the modules that re-score the policy's own actions under a hindsight prompt.
+
+    A subclass's `__init__` takes the policy first, its options by name, then
+    `history_len`, `memory_budget_bytes`, `generation_cache_bytes` and `score_memo`, and
+    calls `_init_scorer`; `from_context` builds it from a `CreditContext`.
+    """
+
+    needs_policy = True
+    model: LoadedModel
+    block: HindsightBlock
+    history_len: int
+    memory_budget_bytes: int
+    generation_cache: GenerationCache | None
+    score_memo: ScoreMemo | None
+
+    def _init_scorer(
+        self,
+        model: LoadedModel,
+        block: HindsightBlock,
+        memory_budget_bytes: int,
+        generation_cache_bytes: int,
+        score_memo: ScoreMemo | None,
+    ) -> None:
+        self.model = model
+        self.block = block
+        self.history_len = block.history_len
+        self.memory_budget_bytes = memory_budget_bytes
+        self.generation_cache = (
+            GenerationCache(model.model, generation_cache_bytes) if generation_cache_bytes else None
+        )
+        self.score_memo = score_memo
+
+    @classmethod
+    def from_context(cls, context: CreditContext) -> HindsightScorer:
+        """Scores with `context.policy`, prompts rebuilt with its history length, its memo,
+        and the options the user named (`context.options`, parsed by `cls.options`)."""
+        return cls(
+            context.policy,
+            history_len=context.history_len,
+            memory_budget_bytes=context.memory_budget_bytes,
+            generation_cache_bytes=context.generation_cache_bytes,
+            score_memo=context.score_memo,
+            **parse_options(cls, context.options),
+        )
+
+    def hindsight_text(self, trajectory: Trajectory, t: int) -> str:
+        """The hindsight block of step t, as the options choose it."""
+        return self.block.text(trajectory, t)
+
+    def hindsight_view_of(self, trajectory: Trajectory, t: int) -> TeacherForced:
+        """The view scored for step t: its prompt with the hindsight block."""
+        return self.block.view(self.model.tokenizer, trajectory, t)

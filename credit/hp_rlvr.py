@@ -47,15 +47,23 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from agents.generation_cache import DEFAULT_GENERATION_CACHE_BYTES, GenerationCache
+from agents.generation_cache import DEFAULT_GENERATION_CACHE_BYTES
 from agents.models import LoadedModel
 from agents.prompts import HINDSIGHT_POSITIONS
 from agents.trajectory import Trajectory
-from credit.base import CreditContext, CreditModuleBase, CreditOutput
-from credit.hindsight import CONTENTS, HP_RLVR_WORDING, WORDINGS, HindsightContent, hindsight_block
-from credit.options import OptionParser, choice, parse_bool, parse_float, parse_int, parse_options
+from credit.base import CreditOutput
+from credit.hindsight import (
+    CONTENTS,
+    HP_RLVR_WORDING,
+    WORDINGS,
+    HindsightBlock,
+    HindsightContent,
+    HindsightScorer,
+    hindsight_block,
+)
+from credit.options import OptionParser, choice, parse_bool, parse_float, parse_int
 from credit.scoring import DEFAULT_MEMORY_BUDGET_BYTES, ScoreMemo, score_divergence
-from credit.views import TeacherForced, action_span_mask, causal_view, hindsight_view
+from credit.views import action_span_mask, causal_view
 
 # Below this mean divergence the two views are treated as identical (float32 noise).
 MIN_MEAN_DIVERGENCE = 1e-12
@@ -148,7 +156,7 @@ def updated_baselines(
     return updated, momentum * global_baseline + (1 - momentum) * batch_mean
 
 
-class HPRLVR(CreditModuleBase):
+class HPRLVR(HindsightScorer):
     """Hindsight-privileged single-rollout token credit; see the module docstring.
 
     Args:
@@ -180,7 +188,6 @@ class HPRLVR(CreditModuleBase):
 
     name = "hp_rlvr"
     default_group_size = 1  # single rollout per task: the paper's setting
-    needs_policy = True
     # The options a user can set by name (`--credit-option key=value`), with their parsers.
     options: ClassVar[dict[str, OptionParser]] = {
         "baseline_momentum": parse_float,
@@ -216,59 +223,30 @@ class HPRLVR(CreditModuleBase):
             raise ValueError(f"baseline_momentum must be in [0, 1), got {baseline_momentum}")
         if max_weight <= 0:
             raise ValueError(f"max_weight must be positive, got {max_weight}")
-        if (
-            hindsight not in CONTENTS
-            or hindsight_position not in HINDSIGHT_POSITIONS
-            or wording not in WORDINGS
-            or eligible_tokens not in ("response", "action")
-        ):
+        if eligible_tokens not in ("response", "action"):
             raise ValueError(
-                f"hindsight, hindsight_position, wording, eligible_tokens must be one of "
-                f"{CONTENTS}, {HINDSIGHT_POSITIONS}, {tuple(WORDINGS)}, ('response', 'action'); "
-                f"got {hindsight!r}, {hindsight_position!r}, {wording!r}, {eligible_tokens!r}"
+                f"eligible_tokens must be 'response' or 'action', got {eligible_tokens!r}"
             )
-        self.model = model
+        self._init_scorer(
+            model,
+            HindsightBlock(
+                hindsight,
+                wording,
+                hindsight_position,
+                max_future_steps,
+                max_observation_chars,
+                history_len,
+            ),
+            memory_budget_bytes,
+            generation_cache_bytes,
+            score_memo,
+        )
         self.baseline_momentum = baseline_momentum
         self.normalise_weights = normalise_weights
         self.max_weight = max_weight
-        self.max_future_steps = max_future_steps
-        self.max_observation_chars = max_observation_chars
-        self.hindsight = hindsight
-        self.hindsight_position = hindsight_position
-        self.wording = wording
         self.eligible_tokens = eligible_tokens
-        self.history_len = history_len
-        self.memory_budget_bytes = memory_budget_bytes
-        self.generation_cache = (
-            GenerationCache(model.model, generation_cache_bytes) if generation_cache_bytes else None
-        )
-        self.score_memo = score_memo
         self.global_baseline = float(initial_baseline)
         self.task_baselines: dict[str, float] = {}
-
-    @classmethod
-    def from_context(cls, context: CreditContext) -> HPRLVR:
-        """Scores with `context.policy`, prompts rebuilt with its history length, and the
-        options the user named (`context.options`, parsed by `HPRLVR.options`)."""
-        return cls(
-            context.policy,
-            history_len=context.history_len,
-            memory_budget_bytes=context.memory_budget_bytes,
-            generation_cache_bytes=context.generation_cache_bytes,
-            score_memo=context.score_memo,
-            **parse_options(cls, context.options),
-        )
-
-    def hindsight_text(self, trajectory: Trajectory, t: int) -> str:
-        """The hindsight block of step t, as the options choose it."""
-        return hindsight_block(
-            self.hindsight,
-            trajectory,
-            t,
-            WORDINGS[self.wording],
-            self.max_future_steps,
-            self.max_observation_chars,
-        )
 
     @staticmethod
     def task_key(trajectory: Trajectory) -> str:
@@ -277,17 +255,6 @@ class HPRLVR(CreditModuleBase):
     def baseline(self, trajectory: Trajectory) -> float:
         """b for this trajectory: its task's EMA if the task was seen, else the global EMA."""
         return self.task_baselines.get(self.task_key(trajectory), self.global_baseline)
-
-    def hindsight_view_of(self, trajectory: Trajectory, t: int) -> TeacherForced:
-        """The hindsight view HP-RLVR pairs with step t's causal view."""
-        return hindsight_view(
-            self.model.tokenizer,
-            trajectory,
-            t,
-            self.hindsight_text(trajectory, t),
-            self.history_len,
-            self.hindsight_position,
-        )
 
     def divergences(self, trajectories: Sequence[Trajectory]) -> list[list[np.ndarray]]:
         """d_j per trajectory, per step ([A_t] each): one causal and one hindsight pass per step.

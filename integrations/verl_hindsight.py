@@ -54,7 +54,7 @@ The worker method (docs/integrations.md) calls `divergence_output` on the actor'
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -73,44 +73,17 @@ from credit.hcapo import (
     micro_advantages,
     smoothed,
 )
-from credit.hindsight import WORDINGS, hindsight_block
+
+# The blocks are re-exported: a verl user names them next to `hindsight_batch`.
+from credit.hindsight import HCAPO_BLOCK as HCAPO_BLOCK
+from credit.hindsight import HP_RLVR_BLOCK as HP_RLVR_BLOCK
+from credit.hindsight import HindsightBlock
 from credit.scoring import jensen_shannon
-from credit.views import TeacherForced, hindsight_view
+from credit.views import TeacherForced
 from integrations.verl_credit import Turn, place_by_turn, trajectories_from_batch, turns_of
 
 TEXT_FIELDS = ("env_id", "task", "feedback", "success")
 TURN_TEXT_FIELDS = ("turn_observations", "turn_actions", "turn_admissible_commands")
-
-
-@dataclass(frozen=True)
-class HindsightBlock:
-    """Which hindsight prompt a method scores (the options of `credit.hcapo.HCAPO` and
-    `credit.hp_rlvr.HPRLVR` of the same names; `credit.hindsight`)."""
-
-    content: str
-    wording: str
-    position: str = "before_instruction"
-    future_steps: int = 8
-    max_observation_chars: int = 400
-    history_len: int = 2
-
-    def view(
-        self, tokenizer: PreTrainedTokenizerBase, trajectory: Trajectory, t: int
-    ) -> TeacherForced:
-        """Step t's hindsight view: its prompt with the block, then its action ids."""
-        text = hindsight_block(
-            self.content,
-            trajectory,
-            t,
-            WORDINGS[self.wording],
-            self.future_steps,
-            self.max_observation_chars,
-        )
-        return hindsight_view(tokenizer, trajectory, t, text, self.history_len, self.position)
-
-
-HCAPO_BLOCK = HindsightBlock("final_action", "hcapo")  # HCAPO's defaults
-HP_RLVR_BLOCK = HindsightBlock("future", "hp_rlvr")  # HP-RLVR's defaults
 
 
 def text_trajectories(data: DataProto) -> tuple[list[Trajectory], list[list[Turn]]]:
