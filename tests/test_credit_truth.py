@@ -427,3 +427,18 @@ def test_exact_table_matches_what_an_llm_rollout_records_on_keydoor(tiny):
             exact = table[step.info["mdp_state"]][step.action]
             assert sum(step.action_logprobs) == pytest.approx(math.log(exact), abs=1e-4)
     env.close()
+
+
+def test_credit_truth_scores_the_hindsight_modules_of_an_llm_policy(tmp_path, capsys):
+    """With a model: the views are prefetched into one memo, then every module gets a
+    finite row at each batch size (the path `--model smollm2-135m` runs)."""
+    argv = ["--env", "keydoor", "--model", "tiny", "--credit", "grpo,hp_rlvr", "--sweep", "1"]
+    argv += ["--pool", "8", "--group-size", "4", "--batch-sizes", "4", "8", "--tasks", "1"]
+    argv += ["--max-new-tokens", "64", "--out", str(tmp_path), "--name", "tiny"]
+    assert credit_truth_main(argv) == 0
+    assert " distinct views scored in " in capsys.readouterr().out
+    with open(tmp_path / "tiny.csv", encoding="utf-8") as handle:
+        rows = {row["module"]: row for row in csv.DictReader(handle)}
+    assert set(rows) == {"grpo", "hp_rlvr"}
+    for row in rows.values():
+        assert all(math.isfinite(float(row[k])) for k in ("pearson", "cos@4", "cos@8"))
