@@ -11,6 +11,7 @@ each module, then the per-trajectory AUROC and P@k of its credit against the env
 from __future__ import annotations
 
 import sys
+import time
 
 import gymnasium as gym
 import torch
@@ -22,6 +23,7 @@ from agents.models import MODELS, ModelUnavailableError, load_model
 from benchmarks.cli import UsageError, exit_on_usage_error, lookup, suggest
 from credit.base import NonFiniteError
 from credit.evaluate import EvaluateArgs, build_module, collect, credit_quality, format_table
+from credit.scoring import ScoreMemo, prefetch_modules
 
 
 def module_names(spec: str) -> list[str]:
@@ -70,9 +72,24 @@ def main(argv: list[str] | None = None) -> int:
         f"{sum(step.key_step for traj in trajectories for step in traj.steps)} key steps; "
         f"model {args.model}"
     )
+    # The prompt the policy would see: no history on Markov envs (KeyDoor, Umbrella), as
+    # `benchmarks.run` prompts them; the weights stay fixed, so one memo serves every
+    # module, filled by one pass over all their views.
+    history_len = 0 if envs.ENVS[args.env].markov else 2
+    memo = ScoreMemo()
+    modules = {}
     for name in names:
         try:
-            output = build_module(name, model)(trajectories)
+            modules[name] = build_module(name, model, history_len, memo)
+        except (TypeError, ValueError) as error:  # a broken plug-in
+            raise UsageError(f"{name}: {error}") from error
+    if model is not None:
+        start = time.perf_counter()
+        views = prefetch_modules(memo, model, list(modules.values()), trajectories, history_len)
+        print(f"{views} distinct views scored in {time.perf_counter() - start:.0f} s")
+    for name, module in modules.items():
+        try:
+            output = module(trajectories)
         except (TypeError, ValueError, NonFiniteError) as error:  # a broken plug-in, a NaN
             raise UsageError(f"{name}: {error}") from error
         print(format_table(name, credit_quality(trajectories, output)))

@@ -40,6 +40,7 @@ from agents.models import LoadedModel
 from agents.trajectory import Trajectory
 from credit import resolve
 from credit.base import CreditContext, CreditModule, CreditOutput, build
+from credit.scoring import ScoreMemo
 
 
 @dataclass(frozen=True)
@@ -175,12 +176,18 @@ def credit_quality(
     return rows
 
 
-def build_module(name: str, model: LoadedModel | None) -> CreditModule:
-    """A credit module by name (`credit.build`); hindsight modules score with `model`.
+def build_module(
+    name: str, model: LoadedModel | None, history_len: int = 2, memo: ScoreMemo | None = None
+) -> CreditModule:
+    """A credit module by name (`credit.build`); hindsight modules score with `model`,
+    rebuilding prompts with `history_len` steps, and read `memo` when given.
 
     Scripted agents generate here, so no generation cache is kept (nothing would fill it).
     """
-    return build(resolve(name), CreditContext(policy=model, generation_cache_bytes=0))
+    context = CreditContext(
+        policy=model, history_len=history_len, generation_cache_bytes=0, score_memo=memo
+    )
+    return build(resolve(name), context)
 
 
 def format_table(name: str, rows: dict[str, QualityRow]) -> str:

@@ -536,13 +536,14 @@ def prefetch_modules(
 ) -> int:
     """`prefetch` every step's causal view and each hindsight module's view of it.
 
-    `modules` may mix kinds: those with `needs_policy` (HCAPO, HP-RLVR: they expose
-    `hindsight_view_of(trajectory, t)`) contribute their views, the others nothing.
+    `modules` may mix kinds: those with `hindsight_view_of(trajectory, t)` (HCAPO,
+    HP-RLVR: `credit.hindsight.HindsightScorer`) contribute their views, the others
+    (group modules, a plug-in that scores its own way) nothing.
     Afterwards the modules, built with `memo` (`CreditContext.score_memo`), compute their
     credit on these trajectories from memo hits alone. Identical views (rollouts that
     repeated each other) are scored once. Returns the number of distinct views in `memo`.
     """
-    hindsight_modules = [m for m in modules if getattr(m, "needs_policy", False)]
+    hindsight_modules = [m for m in modules if hasattr(m, "hindsight_view_of")]
     if not hindsight_modules:
         return len(memo.logprobs)
     steps = []
