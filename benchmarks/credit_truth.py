@@ -28,7 +28,10 @@ and forecast), common random numbers that a group baseline subtracts for free.
 (`options={"task_id": ...}`), i.i.d. samples of the task's MDP, as the truth assumes.
 
 Writes `results/credit_truth/<name>.csv`, `.md` (with the command) and `.png` (every
-metric against the swept option, one line per module). Usage errors: one line, exit 2.
+metric against the swept option, one line per module), after every swept value. Run
+again, the same command skips the values its csv already holds (the configuration is
+read back from the command in the .md and must match; `--fresh` recomputes).
+Usage errors: one line, exit 2.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ import csv
 import dataclasses
 import math
 import os
+import re
 import shlex
 import sys
 import time
@@ -124,6 +128,10 @@ class CreditTruthArgs:
     """Folder receiving the csv, md and png."""
     name: str | None = None
     """File name stem; derived from the configuration when unset."""
+    fresh: bool = False
+    """Recompute every swept value. By default a value whose rows (for every requested
+    module) the csv of this file name already holds, written by the same configuration,
+    is kept, so an interrupted sweep resumes where it stopped."""
 
 
 def parse_kwargs(pairs: Sequence[str]) -> dict[str, Any]:
@@ -474,12 +482,69 @@ def write_outputs(
     return stem
 
 
+# Options that change neither a row's numbers nor which rows a value has: a finished
+# value may be kept when only these differ from the run that wrote it.
+RESUME_FREE = ("sweep", "credit", "out", "name", "fresh")
+COMMAND = re.compile(r"^Produced by `python -m benchmarks\.credit_truth ?(.*)`\.$", re.M)
+
+
+def finished_rows(
+    args: CreditTruthArgs, env_id: str, names: Sequence[str]
+) -> dict[int, list[dict[str, Any]]]:
+    """Rows of the swept values this file name already holds, for a resumed run.
+
+    {value: rows in the order of `names`} for each value whose rows cover every requested
+    module; {} with `--fresh` or no csv yet. UsageError when the files were written by a
+    different configuration, are corrupt, or hold values outside `--sweep` (a resumed file
+    would drop them)."""
+    stem = args.out / run_name(args, env_id)
+    table = stem.with_suffix(".csv")
+    if args.fresh or not table.exists():
+        return {}
+    retry = "pass --fresh to recompute it, or --name for a new file"
+    try:
+        found = COMMAND.search(stem.with_suffix(".md").read_text(encoding="utf-8"))
+        if found is None:
+            raise ValueError("its .md records no command")
+        try:
+            before = tyro.cli(CreditTruthArgs, args=shlex.split(found.group(1)))
+        except SystemExit as error:
+            raise ValueError("its .md records a command that no longer parses") from error
+        with open(table, newline="", encoding="utf-8") as handle:
+            stored = list(csv.DictReader(handle))
+        by_value: dict[int, dict[str, dict[str, Any]]] = {}
+        for row in stored:
+            value = int(row[args.sweep_kwarg])
+            parsed = {k: v if k == "module" else float(v) for k, v in row.items()}
+            by_value.setdefault(value, {})[row["module"]] = {**parsed, args.sweep_kwarg: value}
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise UsageError(f"{table} cannot be resumed ({error}); {retry}") from error
+    changed = [
+        f.name
+        for f in dataclasses.fields(CreditTruthArgs)
+        if f.name not in RESUME_FREE and getattr(before, f.name) != getattr(args, f.name)
+    ]
+    if changed:
+        options = ", ".join("--" + name.replace("_", "-") for name in changed)
+        raise UsageError(f"{table} was written with other {options}; {retry}")
+    outside = sorted(set(by_value) - set(args.sweep))
+    if outside:
+        raise UsageError(
+            f"{table} holds {args.sweep_kwarg} {outside} outside --sweep; add them to "
+            f"--sweep or {retry}"
+        )
+    return {
+        value: [modules[name] for name in names]
+        for value, modules in by_value.items()
+        if set(names) <= set(modules)
+    }
+
+
 def run(args: CreditTruthArgs, argv: Sequence[str]) -> Path:
     """Ground truth, pool and module scores for every swept value; writes the outputs."""
     env_id, names = validate(args)
     extra_kwargs = parse_kwargs(args.env_kwargs)
-    policy = load_policy(args)
-    if policy is None:
+    if args.model == UNIFORM:
         skipped = [n for n in names if credit.resolve(n).needs_policy]
         names = [n for n in names if n not in skipped]
         if skipped:
@@ -490,10 +555,16 @@ def run(args: CreditTruthArgs, argv: Sequence[str]) -> Path:
         args.out.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         raise UsageError(f"--out {args.out} cannot be written: {error}") from error
+    done = finished_rows(args, env_id, names)
+    policy = None if all(v in done for v in args.sweep) else load_policy(args)
     rows: list[dict[str, Any]] = []
     for value in args.sweep:
-        env_kwargs = {**extra_kwargs, args.sweep_kwarg: value}
-        rows.extend(score_value(args, env_id, env_kwargs, policy, names, value))
+        if value in done:
+            rows.extend(done[value])
+            print(f"{args.sweep_kwarg}={value}: kept from the csv (--fresh recomputes)")
+        else:
+            env_kwargs = {**extra_kwargs, args.sweep_kwarg: value}
+            rows.extend(score_value(args, env_id, env_kwargs, policy, names, value))
         # Written after every value, so an interrupted sweep keeps what it finished.
         stem = write_outputs(rows, args, env_id, argv)
     return stem

@@ -442,3 +442,65 @@ def test_credit_truth_scores_the_hindsight_modules_of_an_llm_policy(tmp_path, ca
     assert set(rows) == {"grpo", "hp_rlvr"}
     for row in rows.values():
         assert all(math.isfinite(float(row[k])) for k in ("pearson", "cos@4", "cos@8"))
+
+
+def _resume_argv(tmp_path, *extra):
+    argv = ["--env", "keydoor", "--model", "uniform", "--credit", "grpo,rule_based"]
+    argv += ["--pool", "16", "--batch-sizes", "8", "--tasks", "1", "--out", str(tmp_path)]
+    return [*argv, "--name", "resume", *extra]
+
+
+def _rows(path):
+    with open(path, encoding="utf-8") as handle:
+        return {(row["delay"], row["module"]): row for row in csv.DictReader(handle)}
+
+
+def test_credit_truth_resumes_keeping_the_values_its_csv_holds(tmp_path, capsys):
+    """A rerun skips the finished values (read back, not recomputed); --fresh recomputes."""
+    assert credit_truth_main(_resume_argv(tmp_path, "--sweep", "1")) == 0
+    table = tmp_path / "resume.csv"
+    first = _rows(table)
+    # Mark a kept row: a recomputed one would lose the mark.
+    text = table.read_text(encoding="utf-8").replace(first["1", "grpo"]["pearson"], "0.123", 1)
+    table.write_text(text, encoding="utf-8")
+    capsys.readouterr()
+    assert credit_truth_main(_resume_argv(tmp_path, "--sweep", "1", "2")) == 0
+    assert "delay=1: kept from the csv" in capsys.readouterr().out
+    resumed = _rows(table)
+    assert list(resumed) == [("1", "grpo"), ("1", "rule_based"), ("2", "grpo"), ("2", "rule_based")]
+    assert resumed["1", "grpo"]["pearson"] == "0.123"
+    assert resumed["1", "rule_based"] == first["1", "rule_based"]
+    assert "--sweep 1 2" in (tmp_path / "resume.md").read_text(encoding="utf-8")
+    assert credit_truth_main(_resume_argv(tmp_path, "--sweep", "1", "2", "--fresh")) == 0
+    fresh = _rows(table)
+    assert fresh["1", "grpo"]["pearson"] == first["1", "grpo"]["pearson"]
+    timeless = [k for k in fresh["2", "grpo"] if k != "seconds"]
+    assert [fresh["2", "grpo"][k] for k in timeless] == [resumed["2", "grpo"][k] for k in timeless]
+
+
+@pytest.mark.parametrize(
+    ("extra", "damage", "message"),
+    [
+        (["--sweep", "1", "--pool", "32"], None, "written with other --pool"),
+        (["--sweep", "2"], None, "holds delay [1] outside --sweep"),
+        (["--sweep", "1", "2"], "csv", "cannot be resumed"),
+        (["--sweep", "1", "2"], "md", "records no command"),
+    ],
+)
+def test_credit_truth_refuses_to_resume_a_file_it_cannot_trust(
+    tmp_path, capsys, extra, damage, message
+):
+    """Another configuration, a dropped value or corrupt files: one line, exit 2, and the
+    files are left as they were."""
+    assert credit_truth_main(_resume_argv(tmp_path, "--sweep", "1")) == 0
+    if damage == "csv":
+        table = tmp_path / "resume.csv"
+        table.write_text(table.read_text(encoding="utf-8").replace("grpo,", "grpo,oops", 1))
+    elif damage == "md":
+        (tmp_path / "resume.md").write_text("# a table without its command\n", encoding="utf-8")
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    capsys.readouterr()
+    assert credit_truth_main(_resume_argv(tmp_path, *extra)) == 2
+    error = capsys.readouterr().err
+    assert error.startswith("error: ") and error.count("\n") == 1 and message in error, error
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
