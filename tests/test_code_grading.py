@@ -425,6 +425,21 @@ def test_a_candidate_killed_mid_call_fails_the_rest_with_the_reason(
     assert "killed" in report.outcomes[0].error
 
 
+def test_a_callee_that_lingers_after_the_grader_keeps_its_verdicts(
+    runner: CodeRunner, tasks: dict[str, CodeTask]
+) -> None:
+    """A callee still running once the grader is done (here: an exit hook that sleeps) is
+    cancelled after the grace and its tests keep the grader's verdicts; one that ended
+    by itself (the test above) keeps its own reason."""
+    task = tasks["HumanEval/0"]
+    assert task.canonical_solution is not None
+    program = task.prompt + task.canonical_solution
+    program += "\nimport atexit, time\natexit.register(time.sleep, 60)\n"
+    report = runner.run_hidden(task, program)
+    assert report.num_passed == task.num_hidden_tests, report.outcomes
+    assert report.execution.cancelled or report.execution.timed_out
+
+
 def test_a_value_that_stalls_the_trusted_test_fails_closed(
     runner: CodeRunner, tmp_path: Path
 ) -> None:

@@ -44,6 +44,9 @@ GRADING_BOOTSTRAP = (
 # The grader outlives the callee's wall limit by this much, so that a candidate killed
 # at its limit is reported by the grader (test by test) rather than cut off with it.
 GRADER_EXTRA_WALL_SECONDS = 2.0
+# How long a callee may take to end by itself once the grader is done (it normally ends
+# at once: the grader's exit closes its calls pipe) before it is cancelled.
+CALLEE_GRACE_SECONDS = 2.0
 
 
 @dataclass(frozen=True)
@@ -151,7 +154,13 @@ class CodeRunner:
                 pass_fds=(calls_write, replies_read),
             )
         finally:
-            os.close(cancel_write)  # a callee still alive after the grader is of no use
+            # A callee that ends by itself (its own limit; or the grader's end closing its
+            # calls pipe) reports its own fate; only one still running after a grace is
+            # cancelled, being of no use once the grader is done. Cancelled at once, a
+            # callee killed by its CPU limit was, under load, seen cancelled before its
+            # reaping reached the status pipe, and the reason for its tests was lost.
+            thread.join(CALLEE_GRACE_SECONDS)
+            os.close(cancel_write)
             thread.join()
             os.close(cancel_read)
         if isinstance(callee[0], BaseException):
