@@ -46,7 +46,7 @@ from agents.llm import LLMAgent
 from agents.models import MODELS, LoadedModel, ModelUnavailableError, load_model
 from agents.rollout import EnvWorkers, collect
 from agents.trajectory import Trajectory
-from benchmarks import records
+from benchmarks import lock, records
 from benchmarks.cli import UsageError, exit_on_usage_error, lookup, suggest
 from credit.base import (
     DEFAULT_CONVENTION,
@@ -833,8 +833,11 @@ def command_line(cfg: RunConfig) -> str:
     return shlex.join(words)
 
 
-# What `prepare_run_dir` writes before any work: a folder holding only these is empty.
-BOOKKEEPING_FILES = frozenset({records.CONFIG_FILE, records.PROVENANCE_FILE, records.COMMANDS_FILE})
+# What `run` (its lock) and `prepare_run_dir` write before any work: a folder holding only
+# these is empty.
+BOOKKEEPING_FILES = frozenset(
+    {records.CONFIG_FILE, records.PROVENANCE_FILE, records.COMMANDS_FILE, lock.RUN_LOCK_FILE}
+)
 
 
 def prepare_run_dir(cfg: RunConfig) -> Path:
@@ -1128,22 +1131,24 @@ def run(cfg: RunConfig) -> Path:
     validate(cfg)
     torch.set_num_threads(cfg.threads)
     env_id = env_id_for(cfg.env)
-    # Loaded before the run folder exists, so a bad model path leaves nothing behind.
-    policy = (
-        None
-        if cfg.model in SCRIPTED_AGENTS
-        else load_policy(cfg.model, cfg.device, model_dtype(cfg))
-    )
-    fresh = not (cfg.out / run_name(cfg)).exists()
-    run_dir = prepare_run_dir(cfg)
-    try:
-        return run_in(cfg, env_id, run_dir, policy)
-    except BaseException:
-        # A run that fails before producing anything leaves no folder behind that would
-        # look like a started run to the leaderboard or to the next sweep.
-        if fresh and {p.name for p in run_dir.iterdir()} <= BOOKKEEPING_FILES:
-            shutil.rmtree(run_dir, ignore_errors=True)
-        raise
+    run_dir = cfg.out / run_name(cfg)
+    fresh = not run_dir.exists()
+    # One writer per run folder, taken before any work: a second invocation of the same
+    # run exits 2 naming this one (benchmarks/lock.py).
+    with lock.hold(lock.run_folder_lock(run_dir), str(run_dir)):
+        try:
+            policy = (
+                None
+                if cfg.model in SCRIPTED_AGENTS
+                else load_policy(cfg.model, cfg.device, model_dtype(cfg))
+            )
+            return run_in(cfg, env_id, prepare_run_dir(cfg), policy)
+        except BaseException:
+            # A run that fails before producing anything (a bad model path) leaves no folder
+            # behind that would look like a started run to the leaderboard or a sweep.
+            if fresh and {p.name for p in run_dir.iterdir()} <= BOOKKEEPING_FILES:
+                shutil.rmtree(run_dir, ignore_errors=True)
+            raise
 
 
 def run_in(cfg: RunConfig, env_id: str, run_dir: Path, policy: LoadedModel | None) -> Path:
