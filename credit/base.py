@@ -48,6 +48,7 @@ from credit.scoring import DEFAULT_MEMORY_BUDGET_BYTES, ScoreMemo
 
 if TYPE_CHECKING:
     from agents.generation_cache import GenerationCache
+    from agents.llm import SamplingConfig
     from agents.models import LoadedModel
 
 # Largest finite float32: advantages are float32, so a larger reward overflows to inf.
@@ -98,6 +99,12 @@ class CreditContext:
             (`credit.scoring.ScoreMemo`), shared by every module built with this context,
             so a view scored once serves them all; None: every call scores afresh (what a
             trainer needs, whose weights change every update).
+        env_id, env_kwargs: the registered env the trajectories come from and its
+            constructor options; the oracles (`oracle`, `hca`) read each task's exact
+            MDP from it (`envs.mdp`, `credit.ground_truth.TaskMDPs`). None: not known.
+        sampling: how the rollout samples the policy's actions (temperature, top-p,
+            constrained decoding, history); the oracles compute the policy's exact action
+            table under it (`credit.ground_truth.llm_policy_table`). None: no model rollout.
     """
 
     policy: LoadedModel | None = None
@@ -107,6 +114,9 @@ class CreditContext:
     convention: str = DEFAULT_CONVENTION
     options: tuple[tuple[str, str], ...] = ()
     score_memo: ScoreMemo | None = None
+    env_id: str | None = None
+    env_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    sampling: SamplingConfig | None = None
 
 
 @runtime_checkable
