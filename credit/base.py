@@ -22,7 +22,8 @@ Everything a trainer or the command line uses on a module is declared by `Credit
 the call, `state_dict` / `load_state_dict` (saved in every checkpoint: HP-RLVR's reward
 baseline), `generation_cache` (handed to the rollout agent, so hindsight scoring reuses
 what generation computed; None for modules that score nothing), and, on the class,
-`from_context` (how it is built from a `CreditContext`), `needs_policy`,
+`from_context` (how it is built from a `CreditContext`), `reads` (what of a trajectory
+it reads: names of `READS`, enforced by tests/test_credit_reads.py), `needs_policy`,
 `default_group_size` (rollouts per task when the user sets none), `conventions` (the
 peers' ways of computing it that it can follow, docs/conventions.md) and `options` (the
 constructor options a user may name, `--credit-option key=value`: `credit.options`).
@@ -57,6 +58,90 @@ FLOAT32_MAX = float(np.finfo(np.float32).max)
 DEFAULT_GROUP_SIZE = 8
 # creditgym's own way of computing group statistics (credit.grpo.Convention).
 DEFAULT_CONVENTION = "creditgym"
+
+
+@dataclass(frozen=True)
+class Read:
+    """One kind of information a credit module may read of a trajectory.
+
+    Attributes:
+        description: what it is, in words (docs/credit.md lists them).
+        trajectory_fields: the `Trajectory` attributes (fields and properties) it names.
+        step_fields: the `Step` attributes it names.
+        oracle: whether it is ground truth a trained agent's learner would not have (the
+            env's labels, its noise-free verdict beside the reward channel, its exact
+            state): a module that reads one is an oracle, listed apart and never ranked
+            against the rest.
+    """
+
+    description: str
+    trajectory_fields: tuple[str, ...] = ()
+    step_fields: tuple[str, ...] = ()
+    oracle: bool = False
+
+
+# The closed vocabulary of `CreditModule.reads`: each module class names the kinds it
+# reads, and tests/test_credit_reads.py hands every registered module trajectories whose
+# other fields raise when read. Always readable, as identity and shape: a trajectory's
+# `env_id`, `task_id`, `seed`, `group_id`, `metadata`, `steps`, `length`,
+# `num_action_tokens`, and the number of action tokens of each step (the shape of the
+# output); the values of those tokens are "actions".
+READS: dict[str, Read] = {
+    "return": Read(
+        "the trajectory's return on the run's reward channel (the sum of its step rewards); "
+        "a success verdict read off the channel (`verdict`) reads it",
+        trajectory_fields=("total_return",),
+    ),
+    "step_rewards": Read("each step's reward on the run's reward channel", step_fields=("reward",)),
+    "outcome": Read(
+        "the env's own ending beside the channel: its success flag and the terminated / "
+        "truncated split (noise-free where the channel's return is not)",
+        trajectory_fields=("success", "terminated", "truncated"),
+        step_fields=("terminated", "truncated"),
+        oracle=True,
+    ),
+    "env_labels": Read(
+        "the env's per-step info: ground-truth labels such as `key_step`",
+        step_fields=("info", "key_step"),
+        oracle=True,
+    ),
+    "feedback": Read("the env's final feedback text", trajectory_fields=("feedback",)),
+    "observations": Read(
+        "what the policy saw: the task, the observations, the admissible commands and the "
+        "prompts built from them",
+        trajectory_fields=("task", "initial_observation"),
+        step_fields=("observation", "admissible_commands", "prompt_text", "prompt_token_ids"),
+    ),
+    "actions": Read(
+        "what the policy did: the action text, the response, its token ids and their "
+        "behaviour log-probs",
+        step_fields=("action", "response_text", "action_token_ids", "action_logprobs"),
+    ),
+    "mdp_state": Read(
+        "the env's exact state and dynamics, for envs that are a finite MDP (given through "
+        "the `CreditContext`, not the trajectory)",
+        oracle=True,
+    ),
+}
+ORACLE_READS = frozenset(name for name, read in READS.items() if read.oracle)
+
+
+def is_oracle(cls: type) -> bool:
+    """Whether a credit module class reads ground truth (`Read.oracle`): an oracle row."""
+    return bool(cls.reads & ORACLE_READS)
+
+
+def verdict(trajectory: Trajectory) -> bool:
+    """Success or failure of a trajectory on the reward channel it carries: return > 0.
+
+    A module that needs a verdict (HCAPO's do-no-harm gate, the hindsight block's
+    outcome line, rule-based credit's bonus) derives it here, from the signal it trains
+    on, never from `Trajectory.success` (docs/credit.md, "Reward channels and verdicts").
+    It is the papers' success / failure where failure pays 0 (HCAPO, arXiv 2603.08754:
+    +10 or 0): on the `outcome` channel it equals the env's verdict; on the `return`
+    channel it is exactly as noisy as the return every group baseline reads.
+    """
+    return trajectory.total_return > 0
 
 
 class NonFiniteError(ValueError):
@@ -125,6 +210,8 @@ class CreditModule(Protocol):
 
     Attributes:
         name: stable short name (registry key, run names, metrics).
+        reads: what of a trajectory it reads, names of `READS` (an upper bound over its
+            options); one of `ORACLE_READS` makes it an oracle (`is_oracle`).
         default_group_size: rollouts per task G when the user sets none (HP-RLVR: 1).
         needs_policy: whether `from_context` needs `CreditContext.policy`.
         conventions: the values of `CreditContext.convention` it accepts; the first is
@@ -136,6 +223,7 @@ class CreditModule(Protocol):
     """
 
     name: ClassVar[str]
+    reads: ClassVar[frozenset[str]]
     default_group_size: ClassVar[int]
     needs_policy: ClassVar[bool]
     conventions: ClassVar[tuple[str, ...]]
@@ -164,6 +252,7 @@ CLASS_MEMBERS = (
     "__call__",
     "state_dict",
     "load_state_dict",
+    "reads",
 )
 
 
@@ -220,13 +309,15 @@ def check_finite_advantages(trajectories: Sequence[Trajectory], output: CreditOu
 class CreditModuleBase(ABC):
     """Defaults of the contract for a stateless module that needs no model.
 
-    Subclasses set `name` and write `compute`; `__call__` refuses non-finite rewards
+    Subclasses set `name` and `reads` and write `compute`; `__call__` refuses non-finite rewards
     first (`check_finite_rewards`), so no module sees them. A module with state across
     batches overrides `state_dict` / `load_state_dict`; one that scores with the policy
     sets `needs_policy` and overrides `from_context`.
     """
 
     name: ClassVar[str]
+    # No default: every module says what it reads.
+    reads: ClassVar[frozenset[str]]
     default_group_size: ClassVar[int] = DEFAULT_GROUP_SIZE
     needs_policy: ClassVar[bool] = False
     conventions: ClassVar[tuple[str, ...]] = (DEFAULT_CONVENTION,)
@@ -259,11 +350,18 @@ def build(cls: type[CreditModule], context: CreditContext) -> CreditModule:
     """The one place credit modules are made: `cls.from_context(context)`, checked.
 
     Raises:
-        ValueError: the module scores with a policy and `context.policy` is None, it
+        ValueError: the module reads something not in `READS`, scores with a policy
+            and `context.policy` is None, it
             does not offer `context.convention`, or an option of `context.options` is
             not one of its `options` or has a value their parser refuses.
         TypeError: what `from_context` returned does not implement `CreditModule`.
     """
+    unknown = sorted(set(cls.reads) - READS.keys())
+    if unknown:
+        raise ValueError(
+            f"credit module {cls.name} reads {', '.join(unknown)}, not in credit.base.READS "
+            f"({', '.join(READS)})"
+        )
     if cls.needs_policy and context.policy is None:
         raise ValueError(f"credit module {cls.name} scores with the policy and needs a model")
     if context.convention not in cls.conventions:

@@ -65,6 +65,8 @@ class GiGPO(CreditModuleBase):
     """
 
     name = "gigpo"
+    # Observations: the anchor states; step rewards: the step returns.
+    reads = frozenset({"return", "step_rewards", "observations"})
     conventions = ("creditgym", "verl-agent")
 
     def __init__(

@@ -210,6 +210,7 @@ class GRPO(CreditModuleBase):
     """
 
     name = "grpo"
+    reads = frozenset({"return"})
     conventions = ("creditgym", "trl", "verl", "verl-agent")
 
     def __init__(

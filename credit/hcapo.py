@@ -14,7 +14,9 @@ arXiv 2603.08754. For trajectory i of a task group, step t (1-based):
 - micro term (Q^H - mu_H) / sigma_H, with mu, sigma over all (i, t) of the group (the
   paper's algorithm; default) or over the group's steps at the same t ("time_step", its
   Eq. 8 wording);
-- do no harm: negative micro terms are zeroed in successful trajectories;
+- do no harm: negative micro terms are zeroed in successful trajectories, success being
+  the verdict on the reward channel the module trains on (`credit.base.verdict`,
+  return > 0: the paper's +10 / 0), so the gate sees the signal the group baseline sees;
 - A_t = macro_weight A^GRPO_i + omega A^Micro_t, broadcast to the step's action tokens.
 Trajectories whose values are all 0 (failures with R = 0) need no hindsight pass: their Q
 is 0 whatever rho is, so they are not scored.
@@ -52,10 +54,7 @@ from agents.generation_cache import DEFAULT_GENERATION_CACHE_BYTES
 from agents.models import LoadedModel
 from agents.prompts import HINDSIGHT_POSITIONS
 from agents.trajectory import Trajectory
-from credit.base import (
-    CreditOutput,
-    broadcast_to_tokens,
-)
+from credit.base import CreditOutput, broadcast_to_tokens, verdict
 from credit.gigpo import discounted_returns
 from credit.grpo import ZERO_STD_TOL, group_members, group_normalised
 from credit.hindsight import (
@@ -292,6 +291,9 @@ class HCAPO(HindsightScorer):
     """
 
     name = "hcapo"
+    # Step rewards: the seed variant's return-to-go (`variant="seed"`); the block's
+    # verdict and the gate read the return (`credit.base.verdict`).
+    reads = frozenset({"return", "step_rewards", "observations", "actions", "feedback"})
     # The options a user can set by name (`--credit-option key=value`), with their parsers.
     options: ClassVar[dict[str, OptionParser]] = {
         "variant": choice("paper", "seed"),
@@ -441,7 +443,7 @@ class HCAPO(HindsightScorer):
         step_advantages = combined_advantages(
             macro,
             micro_advantages(q_values, groups, self.micro_normalisation),
-            np.array([traj.success for traj in trajectories], dtype=bool),
+            np.array([verdict(traj) for traj in trajectories], dtype=bool),
             self.macro_weight,
             self.omega,
             self.do_no_harm,

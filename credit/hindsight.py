@@ -17,11 +17,13 @@ modules, one of `CONTENTS` (each a superset of the one before, except that `futu
                   steps, "[Result i]: <observation>" / "[Next action i]: <action>"
                   (HP-RLVR's block, its default; the last step shows `feedback` alone)
 
-Observations are cut to `max_observation_chars`. The verdict words and the feedback
-label (`WORDINGS`) default to each module's own (`hcapo`: "task completed" / "task
-failed", "Feedback"; `hp_rlvr`: "success" / "failure", "Verifier feedback"), so each
-module's default text is the one it always showed; either module can take the other's
-(the `wording` option), which makes their views of one content identical.
+The verdict is read off the reward channel the module trains on (`credit.base.verdict`:
+return > 0), never the env's own flag. Observations are cut to `max_observation_chars`.
+The verdict words and the feedback label (`WORDINGS`) default to each module's own
+(`hcapo`: "task completed" / "task failed", "Feedback"; `hp_rlvr`: "success" /
+"failure", "Verifier feedback"), so each module's default text is the one it always
+showed; either module can take the other's (the `wording` option), which makes their
+views of one content identical.
 
 Where the block sits (`agents.prompts.HINDSIGHT_POSITIONS`): `before_instruction`
 (default: after the current observation and admissible actions, so the step's prompt
@@ -45,7 +47,7 @@ from agents.generation_cache import GenerationCache
 from agents.models import LoadedModel
 from agents.prompts import HINDSIGHT_POSITIONS
 from agents.trajectory import Trajectory
-from credit.base import CreditContext, CreditModuleBase
+from credit.base import CreditContext, CreditModuleBase, verdict
 from credit.options import parse_options
 from credit.scoring import ScoreMemo
 from credit.views import TeacherForced, hindsight_view
@@ -76,13 +78,14 @@ def hindsight_block(
     future_steps: int = 8,
     max_observation_chars: int = 400,
 ) -> str:
-    """The hindsight text of step t (0-based) of `trajectory` (see module docstring)."""
+    """The hindsight text of step t (0-based) of `trajectory` (see module docstring); its
+    verdict is the one on the run's reward channel (`credit.base.verdict`)."""
     if content not in CONTENTS:
         raise ValueError(f"hindsight content must be one of {', '.join(CONTENTS)}, got {content!r}")
-    verdict = wording.success if trajectory.success else wording.failure
+    words = wording.success if verdict(trajectory) else wording.failure
     if content == "outcome":
-        return f"Outcome: {verdict}."
-    lines = [f"Outcome: {verdict}. {wording.feedback_label}: {trajectory.feedback}"]
+        return f"Outcome: {words}."
+    lines = [f"Outcome: {words}. {wording.feedback_label}: {trajectory.feedback}"]
     last = trajectory.steps[-1] if trajectory.steps else None
     if content == "final" and last is not None:
         lines.append(f"Final observation: {last.observation[:max_observation_chars]}")

@@ -187,6 +187,7 @@ class HPRLVR(HindsightScorer):
     """
 
     name = "hp_rlvr"
+    reads = frozenset({"return", "observations", "actions", "feedback"})
     default_group_size = 1  # single rollout per task: the paper's setting
     # The options a user can set by name (`--credit-option key=value`), with their parsers.
     options: ClassVar[dict[str, OptionParser]] = {

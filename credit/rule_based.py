@@ -11,6 +11,9 @@ label-based reading of "revealed nothing". No model, no group: works for G = 1.
 credit_t = r_t + (SUCCESS_BONUS if success else FAILURE_BONUS) * key_t
                + IRRELEVANT_PENALTY * [not key_t and r_t <= 0]
 
+with success the verdict on the run's reward channel (`credit.base.verdict`: return > 0).
+Reading the env's labels makes it an oracle: listed apart, never ranked with the rest.
+
 The three values are the method's (docs/methods.md), not options: a variant with other
 values is a subclass that overrides them.
 """
@@ -22,7 +25,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from agents.trajectory import Trajectory
-from credit.base import CreditModuleBase, CreditOutput, broadcast_to_tokens
+from credit.base import CreditModuleBase, CreditOutput, broadcast_to_tokens, verdict
 
 
 class RuleBased(CreditModuleBase):
@@ -32,6 +35,8 @@ class RuleBased(CreditModuleBase):
     """
 
     name = "rule_based"
+    # The env's key-step labels: an oracle (`credit.base.is_oracle`).
+    reads = frozenset({"return", "step_rewards", "env_labels"})
     # Added to key steps of successful episodes.
     SUCCESS_BONUS = 2.0
     # Added to key steps of failed episodes: finding the clue was right even if the
@@ -44,7 +49,7 @@ class RuleBased(CreditModuleBase):
         step_advantages = []
         key_steps = total_steps = 0
         for traj in trajectories:
-            bonus = self.SUCCESS_BONUS if traj.success else self.FAILURE_BONUS
+            bonus = self.SUCCESS_BONUS if verdict(traj) else self.FAILURE_BONUS
             values = np.zeros(traj.length, dtype=np.float32)
             for t, step in enumerate(traj.steps):
                 if step.key_step:

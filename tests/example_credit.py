@@ -12,6 +12,7 @@ class ReturnToGo(CreditModuleBase):
     returns (REINFORCE with a baseline, Williams 1992); needs no group, so G = 1."""
 
     name = "return_to_go"
+    reads = frozenset({"return", "step_rewards"})
     default_group_size = 1
 
     def __init__(self) -> None:

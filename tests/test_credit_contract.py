@@ -50,6 +50,7 @@ class NaNAdvantages(CreditModuleBase):
     """Breaks the contract: every advantage is NaN (a module bug the trainers must stop)."""
 
     name = "nan_advantages"
+    reads = frozenset()
     default_group_size = 1
 
     def compute(self, trajectories: Sequence[Trajectory]) -> CreditOutput:
@@ -61,6 +62,7 @@ class ProtocolOnly:
     """Implements `CreditModule` without subclassing the base (credit 1 for every step)."""
 
     name = "protocol_only"
+    reads: frozenset[str] = frozenset()
     default_group_size = 4
     needs_policy = False
     conventions = ("creditgym",)
