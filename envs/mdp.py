@@ -38,6 +38,9 @@ class Transition:
         reward: reward paid on this outcome.
         terminated: the episode ended in a terminal state (success or failure).
         truncated: the episode was cut by the step limit.
+        success: the env's success verdict on this outcome (read where it ends the
+            episode: exact hindsight conditions on it, `credit.exact_hindsight`); None
+            where the env does not describe it.
     """
 
     probability: float
@@ -45,6 +48,7 @@ class Transition:
     reward: float
     terminated: bool = False
     truncated: bool = False
+    success: bool | None = None
 
 
 @dataclass(frozen=True)

@@ -296,6 +296,7 @@ class KeyDoorMDP:
                     outcome.reward,
                     outcome.terminated,
                     outcome.truncated,
+                    outcome.success,
                 )
             )
         return tuple(outcomes)
