@@ -67,6 +67,7 @@ from agents.models import LoadedModel, ModelUnavailableError, load_model
 from agents.rollout import collect
 from agents.tabular import TableAgent
 from agents.trajectory import Trajectory
+from benchmarks import lock
 from benchmarks.cli import UsageError, exit_on_usage_error, lookup
 from credit.base import CreditContext, build
 from credit.ground_truth import (
@@ -555,18 +556,21 @@ def run(args: CreditTruthArgs, argv: Sequence[str]) -> Path:
         args.out.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         raise UsageError(f"--out {args.out} cannot be written: {error}") from error
-    done = finished_rows(args, env_id, names)
-    policy = None if all(v in done for v in args.sweep) else load_policy(args)
-    rows: list[dict[str, Any]] = []
-    for value in args.sweep:
-        if value in done:
-            rows.extend(done[value])
-            print(f"{args.sweep_kwarg}={value}: kept from the csv (--fresh recomputes)")
-        else:
-            env_kwargs = {**extra_kwargs, args.sweep_kwarg: value}
-            rows.extend(score_value(args, env_id, env_kwargs, policy, names, value))
-        # Written after every value, so an interrupted sweep keeps what it finished.
-        stem = write_outputs(rows, args, env_id, argv)
+    stem = args.out / run_name(args, env_id)
+    # One writer per output (benchmarks/lock.py): a second invocation exits 2 naming this one.
+    with lock.hold(lock.output_lock(stem), f"{stem}.csv"):
+        done = finished_rows(args, env_id, names)
+        policy = None if all(v in done for v in args.sweep) else load_policy(args)
+        rows: list[dict[str, Any]] = []
+        for value in args.sweep:
+            if value in done:
+                rows.extend(done[value])
+                print(f"{args.sweep_kwarg}={value}: kept from the csv (--fresh recomputes)")
+            else:
+                env_kwargs = {**extra_kwargs, args.sweep_kwarg: value}
+                rows.extend(score_value(args, env_id, env_kwargs, policy, names, value))
+            # Written after every value, so an interrupted sweep keeps what it finished.
+            stem = write_outputs(rows, args, env_id, argv)
     return stem
 
 

@@ -52,6 +52,7 @@ import credit
 import envs
 from agents.models import LoadedModel, ModelUnavailableError, load_model
 from agents.trajectory import Trajectory
+from benchmarks import lock
 from benchmarks.cli import UsageError, exit_on_usage_error, lookup
 from benchmarks.credit_truth import (
     CreditTruthArgs,
@@ -616,16 +617,19 @@ def load_policy(name: str) -> LoadedModel:
 
 def run(args: AblationArgs, argv: Sequence[str]) -> Path:
     env_id, variants = validate(args)
-    policy = load_policy(args.model)
-    start = time.perf_counter()
-    collected = (
-        collect_policy(args, env_id, policy)
-        if truth_env(env_id)
-        else collect_scripted(args, env_id)
-    )
-    print(f"{describe(collected)} in {time.perf_counter() - start:.0f} s", flush=True)
-    rows = score_variants(args, collected, variants, policy)
-    return write_outputs(rows, args, env_id, collected, argv, time.perf_counter() - start)
+    stem = args.out / run_name(args, env_id)
+    # One writer per output (benchmarks/lock.py): a second invocation exits 2 naming this one.
+    with lock.hold(lock.output_lock(stem), f"{stem}.csv"):
+        policy = load_policy(args.model)
+        start = time.perf_counter()
+        collected = (
+            collect_policy(args, env_id, policy)
+            if truth_env(env_id)
+            else collect_scripted(args, env_id)
+        )
+        print(f"{describe(collected)} in {time.perf_counter() - start:.0f} s", flush=True)
+        rows = score_variants(args, collected, variants, policy)
+        return write_outputs(rows, args, env_id, collected, argv, time.perf_counter() - start)
 
 
 @exit_on_usage_error
