@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test lint clean
+.PHONY: setup demo test test-fast lint clean
 
 # verl==0.9.1 requires transformers<5.11, below the project's pin, so it goes in without
 # its dependencies; the `verl` extra holds what its advantage estimators import
@@ -28,9 +28,16 @@ demo: $(STAMP)
 	$(BIN)/python -m benchmarks.run --preset demo
 	$(BIN)/python -m benchmarks.leaderboard --runs results/local/runs
 
+# The whole suite, as CI runs it; the 15 slowest tests are listed at the end so that a
+# test that grew slow is seen.
 test: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=15
+
+# For contributors: everything but the tests marked `slow` (end-to-end commands, training).
+test-fast: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest -q -m "not slow" --durations=10
 
 lint: $(STAMP)
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
