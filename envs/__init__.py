@@ -77,6 +77,9 @@ register_env(
         # Every episode lasts exactly `length` steps (default 10): a shorter limit would
         # cut the final reward, the only one the first action controls.
         max_episode_steps=10,
+        # Success split by forecast: a policy stuck on one choice wins half of the
+        # episodes overall and all of one forecast's (issue 31).
+        task_type_key="forecast",
         markov=True,
         in_process=True,
     ),

@@ -62,7 +62,7 @@ def test_key_then_waiting_pays_only_the_door() -> None:
     _reward, terminated, truncated, info = steps[-1]
     assert terminated and not truncated and info["success"]
     assert info["admissible_commands"] == [] and "expert_action" not in info
-    assert "key" in info["feedback"]
+    assert info["feedback"] == "The door opened and you stepped through: solved."
 
 
 def test_a_distractor_makes_the_door_pay_nothing_and_no_step_is_key() -> None:
@@ -73,7 +73,8 @@ def test_a_distractor_makes_the_door_pay_nothing_and_no_step_is_key() -> None:
     reward, terminated, truncated, info = steps[-1]
     assert reward == 0.0 and terminated and not truncated and not info["success"]
     assert not any(step_info["key_step"] for *_, step_info in steps)
-    assert thing in info["feedback"] and "key" in info["feedback"]
+    # The feedback states the verdict, not what should have been taken (issue 31).
+    assert info["feedback"] == "The door stayed locked: not solved."
 
 
 def test_low_variance_apples_pay_one_each() -> None:
@@ -108,7 +109,7 @@ def test_waiting_at_the_door_runs_into_the_step_limit() -> None:
     steps = play(env, [take(KEY), EAT, WAIT, WAIT])
     _reward, terminated, truncated, info = steps[-1]
     assert truncated and not terminated and not info["success"]
-    assert "Step limit (4)" in info["feedback"] and "the key" in info["feedback"]
+    assert info["feedback"] == "Step limit (4) reached before the door was opened: not solved."
     assert info["mdp_next_state"] is None and info["steps"] == 4
 
 
@@ -124,7 +125,8 @@ def test_random_agent_succeeds_at_its_analytic_rate() -> None:
 
 
 def test_inadmissible_room_command_leaves_carrying_nothing() -> None:
-    env = KeyDoorEnv(delay=1)
+    # The causal feedback names what was carried, so it shows the room's no-op too.
+    env = KeyDoorEnv(delay=1, causal_feedback=True)
     steps = play(env, ["take the door", EAT, OPEN])
     _reward, _terminated, _truncated, info = steps[0]
     assert info["mdp_next_state"] == "orchard|t=1|holding=nothing"
@@ -197,11 +199,13 @@ def test_observations_show_phase_turns_and_what_is_carried() -> None:
         {"num_objects": 0},
         {"num_objects": 13},
         {"max_steps": 0},
+        {"causal_feedback": 1},
+        {"causal_feedback": "true"},
         {"render_mode": "human"},
     ],
 )
 def test_bad_options_are_rejected(kwargs: dict) -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=next(iter(kwargs))):
         KeyDoorEnv(**kwargs)
 
 

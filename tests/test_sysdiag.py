@@ -103,6 +103,37 @@ def test_reboot_ends_the_episode_with_partial_or_no_credit(family, expected_rewa
     assert info["key_step"] is False
 
 
+@pytest.mark.parametrize("family", sorted(FAULT_FAMILIES))
+def test_reboot_reward_option_sets_what_a_clearing_reboot_pays(family: str) -> None:
+    # reboot_reward=0 takes the one-step trap away; everything else stays as it was.
+    clears = FAULT_FAMILIES[family].REBOOT_CLEARS
+    for reboot_reward in (0.0, 0.5):
+        env = SysDiagEnv(reboot_reward=reboot_reward)
+        env.reset(options={"task_id": f"{family}-1"})
+        _observation, reward, terminated, _truncated, info = env.step("reboot")
+        assert reward == (reboot_reward if clears else 0.0) and terminated
+        assert not info["success"] and info["key_step"] is False
+    trap_free = play_episode(SysDiagEnv(reboot_reward=0.0), ExpertAgent(), seed=5)
+    default = play_episode(SysDiagEnv(), ExpertAgent(), seed=5)
+    assert [s.reward for s in trap_free.steps] == [s.reward for s in default.steps]
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"reboot_reward": -0.1},
+        {"reboot_reward": 1.5},
+        {"reboot_reward": float("nan")},
+        {"reboot_reward": True},
+        {"reboot_reward": "0"},
+        {"causal_feedback": 1},
+    ],
+)
+def test_bad_reward_and_feedback_options_are_rejected(kwargs: dict) -> None:
+    with pytest.raises(ValueError, match=next(iter(kwargs))):
+        SysDiagEnv(**kwargs)
+
+
 def test_killing_fork_storm_workers_does_not_fix_it() -> None:
     env = SysDiagEnv(max_steps=100)
     env.reset(options={"task_id": "fork_storm-2"})

@@ -61,7 +61,9 @@ def test_final_reward_is_plus_one_exactly_when_the_choice_matches_the_forecast(
     assert info["success"] == (final > 0)
     assert steps[0][-1]["key_step"] == (final > 0)
     assert not any(step_info["key_step"] for *_, step_info in steps[1:])
-    assert ("rain" if rain else "sunshine") in info["feedback"]
+    weather = "in the rain" if rain else "in sunshine"
+    verdict = "+1: solved" if final > 0 else "-1: not solved"
+    assert info["feedback"] == f"You reached work {weather}; the final reward was {verdict}."
 
 
 def test_forecast_is_shown_only_at_home() -> None:
@@ -142,7 +144,8 @@ def test_step_limit_below_length_truncates_before_the_payoff() -> None:
     steps = [env.step(action)[1:] for action in (info["expert_action"], *WALK_COMMANDS)]
     reward, terminated, truncated, info = steps[-1]
     assert truncated and not terminated and not info["success"]
-    assert reward in (-1.0, 1.0) and "Step limit (3)" in info["feedback"]
+    assert reward in (-1.0, 1.0)
+    assert info["feedback"] == "Step limit (3) reached before work: not solved."
 
 
 def test_inadmissible_first_command_leaves_the_umbrella() -> None:
@@ -209,11 +212,14 @@ def test_task_id_fixes_the_facts_and_the_forecast_stays_random() -> None:
         {"num_distractors": -1},
         {"num_distractors": 13},
         {"max_steps": 0},
+        {"forecast_visible": 1},
+        {"forecast_per_replica": "yes"},
+        {"causal_feedback": None},
         {"render_mode": "human"},
     ],
 )
 def test_bad_options_are_rejected(kwargs: dict) -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=next(iter(kwargs))):
         UmbrellaEnv(**kwargs)
 
 
@@ -221,3 +227,77 @@ def test_registered_limit_is_the_default_length() -> None:
     assert ENVS["creditgym/Umbrella-v0"].max_episode_steps == UmbrellaEnv().max_steps
     assert UmbrellaEnv(length=25).max_steps == 25
     assert ENVS["creditgym/Umbrella-v0"].markov
+
+
+def test_forecast_visible_shows_the_forecast_at_every_step() -> None:
+    env = UmbrellaEnv(length=5, num_distractors=1, forecast_visible=True)
+    for rain in (True, False):
+        reset_with_forecast(env, rain)
+        shown = "forecast for the end of your walk: " + ("rain" if rain else "sunshine")
+        observation = env.last_observation
+        while env.state is not None:
+            assert shown in observation
+            observation, *_ = env.step(WALK_COMMANDS[0] if env.state.steps else LEAVE)
+
+
+def test_forecast_visible_changes_only_the_observations() -> None:
+    plain, visible = UmbrellaEnv(length=4), UmbrellaEnv(length=4, forecast_visible=True)
+    for seed in range(20):
+        first, second = plain.reset(seed=seed)[1], visible.reset(seed=seed)[1]
+        assert first["mdp_state"] == second["mdp_state"]
+        for action in (TAKE, *WALK_COMMANDS, WALK_COMMANDS[0]):
+            a, b = plain.step(action), visible.step(action)
+            assert a[1:4] == b[1:4] and a[4]["mdp_next_state"] == b[4]["mdp_next_state"]
+
+
+def replica_forecasts(env: UmbrellaEnv, seed: int, group: int = 8) -> list[str]:
+    """The forecast each of the `group` replicas of one reset seed plays."""
+    return [env.reset(seed=seed, options={"replica": r})[1]["forecast"] for r in range(group)]
+
+
+def test_by_default_a_group_shares_the_forecast_of_its_seed() -> None:
+    # G rollouts of one task are G resets with one seed: one forecast context per group.
+    env = UmbrellaEnv()
+    for seed in range(30):
+        assert len(set(replica_forecasts(env, seed))) == 1
+
+
+def test_forecast_per_replica_draws_one_per_rollout_and_keeps_the_task() -> None:
+    shared, drawn = (
+        UmbrellaEnv(num_distractors=3),
+        UmbrellaEnv(num_distractors=3, forecast_per_replica=True),
+    )
+    mixed_groups = 0
+    forecasts = []
+    for seed in range(30):
+        group = replica_forecasts(drawn, seed)
+        forecasts += group
+        mixed_groups += len(set(group)) == 2
+        assert group == replica_forecasts(drawn, seed)  # fixed by (seed, replica)
+        for replica in range(3):
+            options = {"replica": replica}
+            shared.reset(seed=seed, options=options)
+            drawn.reset(seed=seed, options=options)
+            assert drawn.task == shared.task and drawn.state.facts == shared.state.facts
+    # A group of 8 has one forecast with probability 2 / 2**8: nearly every group mixes.
+    assert mixed_groups >= 28
+    share_of_rain = forecasts.count("rain") / len(forecasts)
+    assert abs(share_of_rain - 0.5) < 4 * math.sqrt(0.25 / len(forecasts))
+
+
+def test_info_reports_the_forecast_so_success_splits_by_it() -> None:
+    assert ENVS["creditgym/Umbrella-v0"].task_type_key == "forecast"
+    env = UmbrellaEnv(length=3)
+    wins: dict[str, list[bool]] = {"rain": [], "sunshine": []}
+    for seed in range(60):
+        _observation, info = env.reset(seed=seed)
+        forecast = info["forecast"]
+        assert f"forecast={'rain' if forecast == 'rain' else 'sun'}" in info["mdp_state"]
+        for action in (TAKE, *WALK_COMMANDS):
+            *_, terminated, truncated, info = env.step(action)
+            assert info["forecast"] == forecast
+        assert terminated and not truncated
+        wins[forecast].append(info["success"])
+    # Always taking the umbrella: right on every rainy walk, wrong on every sunny one.
+    assert wins["rain"] and all(wins["rain"])
+    assert wins["sunshine"] and not any(wins["sunshine"])

@@ -17,9 +17,10 @@ phase, the turns left and what the agent carries, so a prompt without history su
 
 `info` (see `envs/__init__.py`): `success`, `task_id` ("keydoor-<n>"), `task`,
 `admissible_commands` (empty once the episode ended), `key_step` (this step took the
-key, or opened the door holding it), `feedback` (at the end), `expert_action` (the
-optimal command; absent once the episode ended), `steps`, `phase`, and the true states
-`mdp_state` / `mdp_next_state` of `finite_mdp()` (see `envs.mdp`).
+key, or opened the door holding it), `feedback` (at the end: the verdict, never which
+step mattered, unless `causal_feedback`), `expert_action` (the optimal command; absent
+once the episode ended), `steps`, `phase`, and the true states `mdp_state` /
+`mdp_next_state` of `finite_mdp()` (see `envs.mdp`).
 """
 
 from __future__ import annotations
@@ -80,6 +81,10 @@ class KeyDoorEnv(gym.Env[str, str]):
         num_objects: distractor things on the table beside the key (1 to 12).
         max_steps: step limit; None gives delay + 2 + `DOOR_SLACK` (the expert needs
             delay + 2 steps).
+        causal_feedback: the final feedback names the step that mattered ("it needed the
+            key from the room, and you took the lamp instead"), as before issue 31; off,
+            it states the verdict only. A hindsight credit module shown the causal text
+            reads the env's label instead of assigning credit.
         render_mode: None or "ansi" (the last observation).
     """
 
@@ -91,6 +96,7 @@ class KeyDoorEnv(gym.Env[str, str]):
         variance: str = "low",
         num_objects: int = DEFAULT_NUM_OBJECTS,
         max_steps: int | None = None,
+        causal_feedback: bool = False,
         render_mode: str | None = None,
     ) -> None:
         if not isinstance(delay, int) or delay < 0:
@@ -106,12 +112,15 @@ class KeyDoorEnv(gym.Env[str, str]):
             max_steps = delay + 2 + DOOR_SLACK
         if not isinstance(max_steps, int) or max_steps < 1:
             raise ValueError(f"max_steps must be a positive integer, got {max_steps!r}")
+        if not isinstance(causal_feedback, bool):
+            raise ValueError(f"causal_feedback must be true or false, got {causal_feedback!r}")
         if render_mode not in (None, "ansi"):
             raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
         self.delay = delay
         self.variance = variance
         self.num_objects = num_objects
         self.max_steps = max_steps
+        self.causal_feedback = causal_feedback
         self.render_mode = render_mode
         self.observation_space = text_space(OBSERVATION_MAX_CHARS)
         self.action_space = text_space(ACTION_MAX_CHARS)
@@ -183,6 +192,18 @@ class KeyDoorEnv(gym.Env[str, str]):
     # ---------------------------------------------------------------- internals
     def _feedback(self, state: KeyDoorState, outcome: Outcome) -> str:
         """Why the episode that just left `state` ended ("" while it goes on)."""
+        if not (outcome.terminated or outcome.truncated):
+            return ""
+        if self.causal_feedback:
+            return self._causal_feedback(state, outcome)
+        if outcome.success:
+            return "The door opened and you stepped through: solved."
+        if outcome.terminated:
+            return "The door stayed locked: not solved."
+        return f"Step limit ({self.max_steps}) reached before the door was opened: not solved."
+
+    def _causal_feedback(self, state: KeyDoorState, outcome: Outcome) -> str:
+        """The feedback before issue 31, which names the room's choice as the cause."""
         # What was carried never changes after the room, where `reached` shows the pick.
         carried = state.holding if outcome.reached is None else outcome.reached.holding
         taken = "nothing" if carried == NOTHING else f"the {carried}"
@@ -193,13 +214,11 @@ class KeyDoorEnv(gym.Env[str, str]):
                 "The door was locked: it needed the key from the room, and you took "
                 f"{taken} instead."
             )
-        if outcome.truncated:
-            holding = "the key" if carried == KEY else f"{taken} (not the key)"
-            return (
-                f"Step limit ({self.max_steps}) reached before the door was opened; you "
-                f"carried {holding}."
-            )
-        return ""
+        holding = "the key" if carried == KEY else f"{taken} (not the key)"
+        return (
+            f"Step limit ({self.max_steps}) reached before the door was opened; you "
+            f"carried {holding}."
+        )
 
     def _info(
         self, state: KeyDoorState | None, key_step: bool, success: bool, feedback: str

@@ -5,15 +5,17 @@ the real tools', see `envs.sysdiag.shell`). Nothing runs on the real machine.
 
 Reward (per step): +1.0 on the step whose effect fixes the root cause (verified on the
 host state, then the episode terminates); -0.01 on every other step; `reboot` ends the
-episode with `REBOOT_REWARD` if the reboot made the symptoms go away (a transient
-fault, never diagnosed) and 0.0 if the fault persisted. At `max_steps` the episode is
-truncated (`truncated=True`, a timeout, not a policy failure in gymnasium's sense).
+episode with `reboot_reward` (default `REBOOT_REWARD`) if the reboot made the symptoms
+go away (a transient fault, never diagnosed) and 0.0 if the fault persisted. At
+`max_steps` the episode is truncated (`truncated=True`, a timeout, not a policy failure
+in gymnasium's sense).
 
 `info` (see `envs/__init__.py`): `success`, `task_id` ("<family>-<n>", decodes to the
 instance), `task`, `fault_family`, `admissible_commands` (10-25 concrete commands; PIDs
 and paths only once some output has shown them), `key_step` (this step revealed the
-root cause for the first time, or advanced its fix), `feedback` (at the end: why the
-episode succeeded or failed), `expert_action` (the scripted expert's next command:
+root cause for the first time, or advanced its fix), `feedback` (at the end: the
+verdict and what the host showed, never the root cause unless `causal_feedback`),
+`expert_action` (the scripted expert's next command:
 its diagnosis commands, then the fix), `steps`.
 """
 
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import heapq
 import logging
+import math
 import random
 from typing import Any, ClassVar
 
@@ -42,6 +45,28 @@ OBSERVATION_MAX_CHARS = 8192
 ACTION_MAX_CHARS = 1024
 INSTANCES_PER_FAMILY = 100_000  # seeds draw n in [0, this); task ids accept any n >= 0
 CACHE_MAX_COMMAND_CHARS = 256
+
+# Final feedback per way an episode ends: the verdict and what the host showed, never the
+# root cause, which would hand a hindsight credit module the env's label (issue 31).
+FEEDBACK = {
+    "fixed": "Fixed and verified: the service works again. Solved.",
+    "reboot_cleared": (
+        "The host was rebooted and the symptoms are gone for now, but nothing was verified "
+        "as fixed: not solved (reward {reward:g})."
+    ),
+    "reboot_persisted": "The host was rebooted and the fault persisted: not solved.",
+    "step_limit": "Step limit ({limit}) reached; the fault is still present: not solved.",
+}
+# The feedback before issue 31 (`causal_feedback=True`): each names the root cause.
+CAUSAL_FEEDBACK = {
+    "fixed": "Fixed and verified. The root cause: {root_cause}.",
+    "reboot_cleared": (
+        "The host was rebooted: the symptoms are gone for now, but the root cause was never "
+        "diagnosed or fixed ({root_cause}); partial credit."
+    ),
+    "reboot_persisted": "The host was rebooted and the fault persisted: {root_cause}.",
+    "step_limit": "Step limit ({limit}) reached; the fault is still present: {root_cause}.",
+}
 
 # Read-only commands every state offers; the fault adds its own (see `Fault.candidates`).
 BASE_COMMANDS = (
@@ -97,6 +122,12 @@ class SysDiagEnv(gym.Env[str, str]):
         faults: the fault families to draw from (default: all, see `FAULT_FAMILIES`);
             a subset makes curricula and focused tests.
         max_steps: step limit; reaching it truncates the episode.
+        reboot_reward: what a reboot that clears a transient fault's symptoms pays, in
+            [0, `SUCCESS_REWARD`]; 0 takes away the one-step trap (a policy that always
+            reboots scores 0.3 on two of three faults of the study at the default).
+        causal_feedback: the final feedback names the root cause, as before issue 31;
+            off, it states the verdict and what the host showed. A hindsight credit
+            module shown the root cause reads the env's label instead of assigning credit.
         render_mode: None or "ansi" (the last command and its output).
     """
 
@@ -106,6 +137,8 @@ class SysDiagEnv(gym.Env[str, str]):
         self,
         faults: tuple[str, ...] | list[str] | None = None,
         max_steps: int = DEFAULT_MAX_STEPS,
+        reboot_reward: float = REBOOT_REWARD,
+        causal_feedback: bool = False,
         render_mode: str | None = None,
     ) -> None:
         families = tuple(faults) if faults is not None else tuple(FAULT_FAMILIES)
@@ -117,10 +150,23 @@ class SysDiagEnv(gym.Env[str, str]):
             )
         if not isinstance(max_steps, int) or max_steps < 1:
             raise ValueError(f"max_steps must be a positive integer, got {max_steps!r}")
+        if (
+            isinstance(reboot_reward, bool)
+            or not isinstance(reboot_reward, int | float)
+            or not math.isfinite(reboot_reward)
+            or not 0.0 <= reboot_reward <= SUCCESS_REWARD
+        ):
+            raise ValueError(
+                f"reboot_reward must be a number in [0, {SUCCESS_REWARD}], got {reboot_reward!r}"
+            )
+        if not isinstance(causal_feedback, bool):
+            raise ValueError(f"causal_feedback must be true or false, got {causal_feedback!r}")
         if render_mode not in (None, "ansi"):
             raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
         self.families = families
         self.max_steps = max_steps
+        self.reboot_reward = float(reboot_reward)
+        self.causal_feedback = causal_feedback
         self.render_mode = render_mode
         self.observation_space = text_space(OBSERVATION_MAX_CHARS)
         self.action_space = text_space(ACTION_MAX_CHARS)
@@ -199,28 +245,21 @@ class SysDiagEnv(gym.Env[str, str]):
             key_step = True
 
         terminated, truncated, success = False, False, False
-        feedback = ""
+        ending = ""
         if self.shell.rebooted:
             terminated = True
-            reward = REBOOT_REWARD if fixed else 0.0
-            feedback = (
-                "The host was rebooted: the symptoms are gone for now, but the root cause "
-                f"was never diagnosed or fixed ({self.fault.root_cause}); partial credit."
-                if fixed
-                else f"The host was rebooted and the fault persisted: {self.fault.root_cause}."
-            )
+            reward = self.reboot_reward if fixed else 0.0
+            ending = "reboot_cleared" if fixed else "reboot_persisted"
         elif fixed:
             terminated = success = True
             reward = SUCCESS_REWARD
-            feedback = f"Fixed and verified. The root cause: {self.fault.root_cause}."
+            ending = "fixed"
         else:
             reward = -STEP_COST
             if self.steps >= self.max_steps:
                 truncated = True
-                feedback = (
-                    f"Step limit ({self.max_steps}) reached; the fault is still present: "
-                    f"{self.fault.root_cause}."
-                )
+                ending = "step_limit"
+        feedback = self._feedback(ending, reward) if ending else ""
         self.done = terminated or truncated
         info = self._info(key_step=key_step, feedback=feedback, success=success)
         return observation, reward, terminated, truncated, info
@@ -229,6 +268,11 @@ class SysDiagEnv(gym.Env[str, str]):
         return self.last_exchange if self.render_mode == "ansi" else None
 
     # ---------------------------------------------------------------- internals
+    def _feedback(self, ending: str, reward: float) -> str:
+        """The final feedback of an episode that ended as `ending` (a `FEEDBACK` key)."""
+        text = (CAUSAL_FEEDBACK if self.causal_feedback else FEEDBACK)[ending]
+        return text.format(limit=self.max_steps, reward=reward, root_cause=self.fault.root_cause)
+
     def _run(self, line: str) -> str:
         """Run `line`, reusing the output of an identical read-only command."""
         shell, host = self.shell, self.host

@@ -7,7 +7,8 @@ env feeds it one sampled draw (the noise reward's sign and the next distractor f
 
 Timeline (t = steps taken so far; L = `length`):
 
-    t = 0            at home: the forecast is shown (only here); take or leave the umbrella
+    t = 0            at home: the forecast is shown (only here, unless `forecast_visible`);
+                     take or leave the umbrella
     t = 1 .. L - 1   walking: two commands, neither has any effect
     each step t < L - 1 pays +1 or -1 with probability 1/2 (noise no action controls);
     the step from t = L - 1 pays +1 if the umbrella choice matched the forecast, else -1
@@ -57,12 +58,15 @@ class UmbrellaTask:
         length: L, steps of a full episode (the chain length).
         facts: the distractor facts shown each step, as (bit 1 text, bit 0 text).
         max_steps: step limit; below `length` it truncates before the final reward.
+        forecast_visible: every observation shows the forecast, as bsuite's
+            `umbrella_distract` keeps `need_umbrella` in view; otherwise only home does.
     """
 
     task_id: str
     length: int
     facts: tuple[tuple[str, str], ...]
     max_steps: int
+    forecast_visible: bool = False
 
 
 @dataclass(frozen=True)
@@ -111,11 +115,18 @@ class Outcome:
         return None if self.terminated or self.truncated else self.reached
 
 
-def build_task(index: int, length: int, num_distractors: int, max_steps: int) -> UmbrellaTask:
+def build_task(
+    index: int, length: int, num_distractors: int, max_steps: int, forecast_visible: bool = False
+) -> UmbrellaTask:
     """Task `umbrella-<index>`: which distractor facts are shown, in what order."""
     rng = random.Random(f"creditgym/Umbrella-v0/{num_distractors}/{index}")
     facts = tuple(rng.sample(FACT_POOL, num_distractors))
-    return UmbrellaTask(f"umbrella-{index}", length, facts, max_steps)
+    return UmbrellaTask(f"umbrella-{index}", length, facts, max_steps, forecast_visible)
+
+
+def forecast_name(rain: bool) -> str:
+    """The forecast as the observations and `info["forecast"]` say it."""
+    return "rain" if rain else "sunshine"
 
 
 def decode_bits(bits: int, count: int) -> tuple[bool, ...]:
@@ -214,16 +225,16 @@ def _facts_line(task: UmbrellaTask, bits: tuple[bool, ...]) -> str:
 def observation(task: UmbrellaTask, state: UmbrellaState) -> str:
     """The text shown in `state` (what `reset` / `step` return and `view` repeats)."""
     facts = _facts_line(task, state.facts)
+    forecast = f"The forecast for the end of your walk: {forecast_name(state.rain)}."
     if state.steps == 0:
-        forecast = "rain" if state.rain else "sunshine"
         return (
-            f"You are at home, about to walk {task.length} blocks to work. The forecast for "
-            f"the end of your walk: {forecast}. An umbrella stands by the door.{facts}\n"
-            "You are not carrying an umbrella."
+            f"You are at home, about to walk {task.length} blocks to work. {forecast} "
+            f"An umbrella stands by the door.{facts}\nYou are not carrying an umbrella."
         )
     carrying = "carrying an umbrella" if state.umbrella else "not carrying an umbrella"
+    shown = f" {forecast}" if task.forecast_visible else ""
     return (
-        f"You are walking to work: block {state.steps} of {task.length}.{facts}\n"
+        f"You are walking to work: block {state.steps} of {task.length}.{shown}{facts}\n"
         f"You are {carrying}."
     )
 

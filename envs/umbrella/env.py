@@ -4,10 +4,11 @@ At home (the first step) the observation shows the forecast, rain or sunshine, a
 agent takes or leaves the umbrella. Then `length - 1` walking steps follow whose two
 commands have no effect; every step but the last pays +1 or -1 with probability 1/2,
 and the last pays +1 if the umbrella choice matched the forecast, else -1. The
-forecast is never shown again: later observations show the block walked, whether an
-umbrella is carried and `num_distractors` random facts that never matter (fresh every
-step). They are Markov for the policy (no later action matters), while the value of a
-state also depends on the hidden forecast, which the true state of `finite_mdp()` keeps.
+forecast is never shown again (unless `forecast_visible`): later observations show the
+block walked, whether an umbrella is carried and `num_distractors` random facts that
+never matter (fresh every step). They are Markov for the policy (no later action
+matters), while the value of a state also depends on the hidden forecast, which the
+true state of `finite_mdp()` keeps.
 
 A command that is not admissible is answered, never raised on: at home it leaves the
 umbrella; on the walk it walks on. Reaching `max_steps` before the end truncates.
@@ -15,8 +16,10 @@ umbrella; on the walk it walks on. Reaching `max_steps` before the end truncates
 `info` (see `envs/__init__.py`): `success` (the final reward was +1), `task_id`
 ("umbrella-<n>"), `task`, `admissible_commands` (empty once the episode ended),
 `key_step` (the first step, when its choice matched the forecast), `feedback` (at the
-end), `expert_action` (absent once the episode ended), `steps`, and the true states
-`mdp_state` / `mdp_next_state` of `finite_mdp()` (see `envs.mdp`).
+end: the verdict and the weather, never which step mattered, unless `causal_feedback`),
+`expert_action` (absent once the episode ended), `steps`, `forecast` ("rain" or
+"sunshine": the episode's, to split success by; no prompt shows it), and the
+true states `mdp_state` / `mdp_next_state` of `finite_mdp()` (see `envs.mdp`).
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ from envs.umbrella.dynamics import (
     decode_bits,
     expert_command,
     final_observation,
+    forecast_name,
     observation,
     resolve,
     state_id,
@@ -69,6 +73,17 @@ class UmbrellaEnv(gym.Env[str, str]):
         length: L >= 1, steps of the walk (bsuite's chain length; its sweep is 1-100).
         num_distractors: random facts shown every step (0 to 12; bsuite's n_distractor).
         max_steps: step limit; None gives `length` (every episode then ends by itself).
+        forecast_visible: every observation shows the forecast (bsuite's
+            `umbrella_distract` keeps `need_umbrella` in view), not only home's: the
+            choice then has a visible reason at every step, a positive control.
+        forecast_per_replica: draw the forecast from the group replica's own stream
+            (`envs/seeding.py`), so the G rollouts of one task see both forecasts as
+            bsuite draws one per episode; otherwise it comes from the reset seed and a
+            whole group shares it (G rollouts, one forecast context).
+        causal_feedback: the final feedback says that the first choice alone decided
+            the reward, as before issue 31; off, it states the verdict and the weather
+            only. A hindsight credit module shown the causal text reads the env's label
+            instead of assigning credit.
         render_mode: None or "ansi" (the last observation).
     """
 
@@ -79,6 +94,9 @@ class UmbrellaEnv(gym.Env[str, str]):
         length: int = DEFAULT_LENGTH,
         num_distractors: int = DEFAULT_NUM_DISTRACTORS,
         max_steps: int | None = None,
+        forecast_visible: bool = False,
+        forecast_per_replica: bool = False,
+        causal_feedback: bool = False,
         render_mode: str | None = None,
     ) -> None:
         if not isinstance(length, int) or length < 1:
@@ -92,11 +110,22 @@ class UmbrellaEnv(gym.Env[str, str]):
             max_steps = length
         if not isinstance(max_steps, int) or max_steps < 1:
             raise ValueError(f"max_steps must be a positive integer, got {max_steps!r}")
+        switches = {
+            "forecast_visible": forecast_visible,
+            "forecast_per_replica": forecast_per_replica,
+            "causal_feedback": causal_feedback,
+        }
+        for name, value in switches.items():
+            if not isinstance(value, bool):
+                raise ValueError(f"{name} must be true or false, got {value!r}")
         if render_mode not in (None, "ansi"):
             raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
         self.length = length
         self.num_distractors = num_distractors
         self.max_steps = max_steps
+        self.forecast_visible = forecast_visible
+        self.forecast_per_replica = forecast_per_replica
+        self.causal_feedback = causal_feedback
         self.render_mode = render_mode
         self.observation_space = text_space(OBSERVATION_MAX_CHARS)
         self.action_space = text_space(ACTION_MAX_CHARS)
@@ -109,21 +138,27 @@ class UmbrellaEnv(gym.Env[str, str]):
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[str, dict[str, Any]]:
         """Draw a task with the seed (or take `options["task_id"]`), then the forecast and
-        the first facts (random per reset, as bsuite draws `need_umbrella`)."""
+        the first facts (random per reset, as bsuite draws `need_umbrella`; with
+        `forecast_per_replica` the forecast is random per group replica too)."""
         super().reset(seed=seed)
         task_id = (options or {}).get("task_id")
         index = (
             int(self.np_random.integers(INSTANCES)) if task_id is None else parse_task_id(task_id)
         )
-        self.task = build_task(index, self.length, self.num_distractors, self.max_steps)
+        self.task = build_task(
+            index, self.length, self.num_distractors, self.max_steps, self.forecast_visible
+        )
         # One draw: bit 0 the forecast, the next n bits the facts.
         bits = int(self.np_random.integers(1 << (self.num_distractors + 1)))
-        self.state = UmbrellaState(
-            0, bool(bits & 1), False, decode_bits(bits >> 1, self.num_distractors)
-        )
-        self.steps_taken = 0
         # Coins and facts from here on: one stream per group replica (envs/seeding.py).
         self.noise = replica_generator(self.np_random, options)
+        rain = bool(bits & 1)
+        if self.forecast_per_replica:
+            # Drawn after the seed's bits, so the task and first facts stay the seed's.
+            rain = bool(self.noise.integers(2))
+        self.forecast_rain = rain
+        self.state = UmbrellaState(0, rain, False, decode_bits(bits >> 1, self.num_distractors))
+        self.steps_taken = 0
         self.last_observation = observation(self.task, self.state)
         info = self._info(self.state, key_step=False, success=False, feedback="")
         info["mdp_state"] = state_id(self.state)
@@ -170,7 +205,20 @@ class UmbrellaEnv(gym.Env[str, str]):
     # ---------------------------------------------------------------- internals
     def _feedback(self, state: UmbrellaState, command: str | None, outcome: Outcome) -> str:
         """Why the episode that `command` in `state` moved on ended ("" while it goes on)."""
-        forecast = "rain" if state.rain else "sunshine"
+        if not (outcome.terminated or outcome.truncated):
+            return ""
+        if self.causal_feedback:
+            return self._causal_feedback(state, command, outcome)
+        if outcome.truncated:
+            return f"Step limit ({self.max_steps}) reached before work: not solved."
+        # The weather at work is what the final observation shows, not a label of a step.
+        weather = "in the rain" if state.rain else "in sunshine"
+        verdict = "+1: solved" if outcome.success else "-1: not solved"
+        return f"You reached work {weather}; the final reward was {verdict}."
+
+    def _causal_feedback(self, state: UmbrellaState, command: str | None, outcome: Outcome) -> str:
+        """The feedback before issue 31, which says the first choice alone decided."""
+        forecast = forecast_name(state.rain)
         took = carries_umbrella(state, command)
         choice = "took the umbrella" if took else "left the umbrella at home"
         if outcome.terminated:
@@ -179,12 +227,10 @@ class UmbrellaEnv(gym.Env[str, str]):
                 f"The forecast at home said {forecast} and you {choice}; that first "
                 f"choice alone decides the final reward, and it was {verdict}."
             )
-        if outcome.truncated:
-            return (
-                f"Step limit ({self.max_steps}) reached before work; the forecast at home "
-                f"said {forecast} and you {choice}."
-            )
-        return ""
+        return (
+            f"Step limit ({self.max_steps}) reached before work; the forecast at home "
+            f"said {forecast} and you {choice}."
+        )
 
     def _info(
         self, state: UmbrellaState | None, key_step: bool, success: bool, feedback: str
@@ -197,6 +243,9 @@ class UmbrellaEnv(gym.Env[str, str]):
             "key_step": key_step,
             "feedback": feedback,
             "steps": self.steps_taken,
+            # The episode's forecast (hidden state, as in `mdp_state`), so that success
+            # can be split by it: a policy stuck on one choice wins one forecast only.
+            "forecast": forecast_name(self.forecast_rain),
         }
         if state is not None:
             info["expert_action"] = expert_command(state)
