@@ -80,12 +80,23 @@ class Read:
     oracle: bool = False
 
 
+# The `Trajectory` attributes every module may read, as identity and shape (groups, task
+# baselines, the output's shape); so is the number of action tokens of each step, whose
+# values are "actions". Every other attribute of a trajectory or step is in `READS`.
+IDENTITY_FIELDS = (
+    "env_id",
+    "task_id",
+    "seed",
+    "group_id",
+    "metadata",
+    "steps",
+    "length",
+    "num_action_tokens",
+)
+
 # The closed vocabulary of `CreditModule.reads`: each module class names the kinds it
 # reads, and tests/test_credit_reads.py hands every registered module trajectories whose
-# other fields raise when read. Always readable, as identity and shape: a trajectory's
-# `env_id`, `task_id`, `seed`, `group_id`, `metadata`, `steps`, `length`,
-# `num_action_tokens`, and the number of action tokens of each step (the shape of the
-# output); the values of those tokens are "actions".
+# other fields raise when read.
 READS: dict[str, Read] = {
     "return": Read(
         "the trajectory's return on the run's reward channel (the sum of its step rewards); "
