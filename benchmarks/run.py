@@ -45,7 +45,7 @@ from agents.episode import play_episode
 from agents.llm import LLMAgent
 from agents.models import MODELS, LoadedModel, ModelUnavailableError, load_model
 from agents.rollout import EnvWorkers, collect
-from agents.trajectory import Trajectory
+from agents.trajectory import REWARD_CHANNELS, RewardChannel, Trajectory
 from benchmarks import lock, records
 from benchmarks.cli import UsageError, exit_on_usage_error, lookup, suggest
 from credit.base import (
@@ -157,6 +157,11 @@ class RunConfig:
     temperature=1 clip=0.5,2 gamma=1` (hcapo) or `eligible_tokens=action` (hp_rlvr); each
     module lists its own (`options` in credit/hcapo.py, credit/hp_rlvr.py;
     docs/hindsight_ablation.md). Named options enter the run's identity."""
+    reward_channel: RewardChannel = "return"
+    """The signal credit and training see (agents/trajectory.py, docs/credit.md): `return`,
+    the env's reward at every step (KeyDoor: apples and door); `outcome`, 0 at every step
+    and the env's verifiable verdict (1 / 0) at the last. Modules that need a verdict read
+    it off this channel. Evaluation reports the env's own success and return either way."""
     eval_every: int = 0
     """Learning curve: evaluate the policy every this many training iterations (and before
     the first, and after the last) on the first `--curve-episodes` evaluation tasks at
@@ -222,6 +227,7 @@ LATER_FIELDS = (
     "curve_episodes",
     "env_options",
     "credit_options",
+    "reward_channel",
 )
 # The history length every run used before it depended on the env: runs that resolve to
 # it leave it out of their name's hash (their folders keep their names), others hash it.
@@ -483,6 +489,7 @@ TRAINING_ONLY_FIELDS = (
     "learning_rate",
     "credit_convention",
     "credit_options",
+    "reward_channel",
 )
 # Settings that measure a run without changing its policy: a run with a learning curve and
 # one without share a leaderboard row (their names differ: only one has curve.jsonl).
@@ -739,22 +746,39 @@ def build_credit(
     generation_cache_gib: float = 0.0,
     convention: str = DEFAULT_CONVENTION,
     options: tuple[tuple[str, str], ...] = (),
+    env_id: str | None = None,
+    env_kwargs: Mapping[str, Any] | None = None,
+    sampling: AgentConfig | None = None,
 ) -> CreditModule:
     """Build a credit module (`credit.build`) from one context: the policy it may score
     with, the prompt history length (rebuilt prompts must match the rollout's), the
     generation-cache budget (0 where no trainer fills the cache), the convention of
-    its group statistics (docs/conventions.md) and the options the user named."""
+    its group statistics (docs/conventions.md), the options the user named, and the env
+    and rollout sampling the exact-MDP oracles (`oracle`, `hca`) read."""
     context = CreditContext(
         policy=policy,
         history_len=history_len,
         generation_cache_bytes=int(generation_cache_gib * 2**30),
         convention=convention,
         options=options,
+        env_id=env_id,
+        env_kwargs=dict(env_kwargs or {}),
+        sampling=sampling,
     )
     try:
         return credit.build(credit_class(name), context)
     except (TypeError, ValueError) as error:  # a needed policy missing, a broken plug-in
         raise UsageError(f"--credit {name}: {error}") from error
+
+
+def training_sampling(cfg: RunConfig) -> AgentConfig:
+    """How training rollouts (and the sample trajectories) sample the policy."""
+    return AgentConfig(
+        temperature=TRAIN_TEMPERATURE,
+        max_new_tokens=cfg.max_new_tokens,
+        history_len=prompt_history(cfg),
+        constrained=cfg.constrained,
+    )
 
 
 def train(cfg: RunConfig, env_id: str, run_dir: Path, policy: LoadedModel) -> LoadedModel:
@@ -764,6 +788,8 @@ def train(cfg: RunConfig, env_id: str, run_dir: Path, policy: LoadedModel) -> Lo
     continues from its last iteration; the trained policy is exported to `run_dir/final/`.
     """
     trainer_cls, trainer_config = trainer_configs(cfg)[cfg.trainer]
+    env_kwargs = env_kwargs_for(cfg, env_id, None)
+    sampling = training_sampling(cfg)
     trainer = trainer_cls(
         policy,
         build_credit(
@@ -773,18 +799,17 @@ def train(cfg: RunConfig, env_id: str, run_dir: Path, policy: LoadedModel) -> Lo
             cfg.generation_cache_gib,
             cfg.credit_convention,
             credit_option_pairs(cfg),
+            env_id,
+            env_kwargs,
+            sampling,
         ),
         env_id,
-        env_kwargs_for(cfg, env_id, None),
-        AgentConfig(
-            temperature=TRAIN_TEMPERATURE,
-            max_new_tokens=cfg.max_new_tokens,
-            history_len=prompt_history(cfg),
-            constrained=cfg.constrained,
-        ),
+        env_kwargs,
+        sampling,
         trainer_config,
         run_dir,
         curve=curve_settings(cfg, env_id),
+        reward_channel=REWARD_CHANNELS[cfg.reward_channel],
     )
     metrics = trainer.train()
     records.atomic_write_json(
@@ -1056,14 +1081,25 @@ def write_samples(cfg: RunConfig, env_id: str, run_dir: Path, policy: LoadedMode
         )
         scorer = policy
     # The run's own module scores with the settings it trained with (convention, options);
-    # the others at their defaults.
+    # the others at their defaults; all on the run's reward channel.
+    channelled = [REWARD_CHANNELS[cfg.reward_channel](trajectory) for trajectory in group]
     own = {"convention": cfg.credit_convention, "options": credit_option_pairs(cfg)}
-    credit_by_module = {
-        name: build_credit(
-            name, scorer, prompt_history(cfg), **(own if name == cfg.credit else {})
-        )(group).step_advantages
-        for name in sorted(credit.REGISTRY)
+    exact = {
+        "env_id": env_id,
+        "env_kwargs": env_kwargs_for(cfg, env_id, split),
+        "sampling": None if policy is None else training_sampling(cfg),
     }
+    credit_by_module = {}
+    for name in sorted(credit.REGISTRY):
+        try:
+            module = build_credit(
+                name, scorer, prompt_history(cfg), **exact, **(own if name == cfg.credit else {})
+            )
+        except UsageError:
+            if name == cfg.credit:
+                raise
+            continue  # an exact-MDP oracle off a finite-MDP env or a model's exact table
+        credit_by_module[name] = module(channelled).step_advantages
     settings = (
         {cfg.credit: {"convention": cfg.credit_convention, "options": dict(own["options"])}}
         if cfg.credit in credit.REGISTRY

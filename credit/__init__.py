@@ -21,12 +21,14 @@ from credit.base import (
 )
 from credit.gigpo import GiGPO
 from credit.grpo import GRPO
+from credit.hca import HCA
 from credit.hcapo import HCAPO, HCAPOSeed
 from credit.hp_rlvr import HPRLVR
+from credit.oracle import Oracle
 from credit.rule_based import RuleBased
 
 REGISTRY: dict[str, type] = {
-    cls.name: cls for cls in (GRPO, RuleBased, GiGPO, HCAPO, HCAPOSeed, HPRLVR)
+    cls.name: cls for cls in (GRPO, RuleBased, GiGPO, HCAPO, HCAPOSeed, HPRLVR, Oracle, HCA)
 }
 
 

@@ -31,9 +31,11 @@ teacher-forced scoring engine (`credit.scoring`) computes for every edge of the 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
 
+import gymnasium as gym
 import numpy as np
 import torch
 
@@ -42,12 +44,15 @@ from agents.constrained import action_token_sequences
 from agents.llm import LLMAgent, encode_prompt
 from agents.logprobs import sampling_logprobs
 from agents.parsing import parse_action
+from credit.base import CreditContext
 from credit.scoring import DEFAULT_MEMORY_BUDGET_BYTES, score_logprobs
 from credit.views import TeacherForced
 from envs.mdp import FiniteMDP
 
 PolicyTable = Mapping[str, Mapping[str, float]]
 """state id -> admissible command -> pi(command | state)."""
+TableSource = Callable[[FiniteMDP], PolicyTable]
+"""A policy's exact table on a task's MDP, computed when called (the weights may have moved)."""
 
 # A policy row must sum to 1 within this: float32 products of ~10 token probabilities
 # (the LLM table) drift by ~1e-6; anything larger is a missing or extra action.
@@ -380,3 +385,99 @@ def llm_policy_table(
         for state in members:
             table[state] = dict(row)
     return table
+
+
+@runtime_checkable
+class DescribesFiniteMDP(Protocol):
+    """An (unwrapped) env that describes the task `reset` drew as a finite MDP (`envs.mdp`)."""
+
+    def finite_mdp(self) -> FiniteMDP: ...
+
+
+class TaskMDPs:
+    """Task id -> the exact MDP of that task of one env, built once per task.
+
+    A task's dynamics are a function of the env's constructor options and the task id
+    alone (every env here plays a task with `reset(options={"task_id": ...})`), so each
+    MDP is built once, from a fresh env reset to that task, and kept.
+
+    Raises:
+        ValueError: the env does not describe itself as a finite MDP (no `finite_mdp()`).
+    """
+
+    def __init__(self, env_id: str, env_kwargs: Mapping[str, Any]) -> None:
+        self.env_id = env_id
+        self.env_kwargs = dict(env_kwargs)
+        env = gym.make(env_id, **self.env_kwargs)
+        try:
+            describes = isinstance(env.unwrapped, DescribesFiniteMDP)
+        finally:
+            env.close()
+        if not describes:
+            raise ValueError(
+                f"{env_id} does not describe itself as a finite MDP (no finite_mdp()); exact "
+                "credit needs an env that does (KeyDoor, Umbrella)"
+            )
+        self._mdps: dict[str, FiniteMDP] = {}
+
+    def __call__(self, task_id: str) -> FiniteMDP:
+        if task_id not in self._mdps:
+            env = gym.make(self.env_id, **self.env_kwargs)
+            try:
+                env.reset(options={"task_id": task_id})
+                self._mdps[task_id] = env.unwrapped.finite_mdp()
+            finally:
+                env.close()
+        return self._mdps[task_id]
+
+
+def llm_table_source(
+    agent: LLMAgent, env_id: str, memory_budget_bytes: int = DEFAULT_MEMORY_BUDGET_BYTES
+) -> TableSource:
+    """`llm_policy_table` of `agent` on whatever MDP it is handed, with the weights of then.
+
+    Raises:
+        ValueError: the agent's distribution is not a function of the state
+            (`check_exact_agent`).
+    """
+    check_exact_agent(agent)
+
+    def table(mdp: FiniteMDP) -> PolicyTable:
+        return llm_policy_table(agent, env_id, mdp, memory_budget_bytes=memory_budget_bytes)
+
+    return table
+
+
+def exact_sources(context: CreditContext, module: str) -> tuple[TaskMDPs, TableSource]:
+    """Each task's MDP and the policy's exact table, from what a run offers a module.
+
+    The table is of `context.policy` sampled as `context.sampling` says (an `LLMAgent`
+    holding the policy, so every call sees the weights of that moment).
+
+    Raises:
+        ValueError: no env, an env that is not a finite MDP, no policy or sampling
+            settings, or sampling whose distribution is not a function of the state
+            (unconstrained, or a prompt with history); the message names `module`.
+    """
+    if context.env_id is None:
+        raise ValueError(f"credit module {module} needs the run's env (a finite MDP)")
+    if context.policy is None or context.sampling is None:
+        raise ValueError(f"credit module {module} needs the policy and how the rollout samples it")
+    try:
+        mdps = TaskMDPs(context.env_id, context.env_kwargs)
+        agent = LLMAgent(context.policy, **vars(context.sampling))
+        table = llm_table_source(agent, context.env_id, context.memory_budget_bytes)
+    except ValueError as error:
+        raise ValueError(f"credit module {module}: {error}") from None
+    return mdps, table
+
+
+def task_truths(
+    task_ids: Iterable[str], mdps: Callable[[str], FiniteMDP], tables: TableSource
+) -> dict[str, tuple[FiniteMDP, PolicyTable]]:
+    """Task id -> (its MDP, the policy's exact table on it), one table per distinct task."""
+    out: dict[str, tuple[FiniteMDP, PolicyTable]] = {}
+    for task_id in dict.fromkeys(task_ids):
+        mdp = mdps(task_id)
+        out[task_id] = (mdp, tables(mdp))
+    return out

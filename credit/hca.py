@@ -1,0 +1,107 @@
+"""Return-conditional Hindsight Credit Assignment with exact hindsight (Harutyunyan et al.
+2019, arXiv 1912.02503), a reference for the hindsight methods.
+
+At a visited step, with Z the episode's own outcome from that step on,
+
+    credit_t = (1 - pi(a_t|s_t) / h(a_t | s_t, Z)) Z,
+    pi(a|s) / h(a | s, z) = P(Z = z | s) / P(Z = z | s, a),
+
+an unbiased estimate of A(s_t, a_t) for the value of that outcome: averaged over
+Z ~ P(. | s, a) it is E[Z | s, a] - sum_z P(z | s) z = Q(s, a) - V(s). The hindsight
+distribution h is exact (`credit.exact_hindsight`: dynamic programming on each task's
+MDP under the policy's exact table, recomputed every call as the oracle's is), so what
+is left is the estimator's own variance: the method with perfect hindsight, beside the
+policy's read of the outcome that HCAPO and HP-RLVR use.
+
+Outcome (`--credit-options outcome=...`): `return` (default), the return-to-go, so the
+credit estimates the same A(s_t, a_t) as `oracle` and `credit.truth_metrics`; or
+`success`, the env's success verdict, estimating the advantage of the success
+probability. It reads ground truth (the exact state and dynamics): an oracle.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import ClassVar
+
+import numpy as np
+
+from agents.trajectory import Trajectory
+from credit.base import CreditContext, CreditModuleBase, CreditOutput, broadcast_to_tokens
+from credit.exact_hindsight import OUTCOMES, ExactHindsight, exact_hindsight
+from credit.ground_truth import TableSource, exact_sources, task_truths
+from credit.options import OptionParser, choice, parse_options
+from envs.mdp import FiniteMDP
+
+
+def hca_credit(trajectory: Trajectory, hindsight: ExactHindsight) -> tuple[np.ndarray, np.ndarray]:
+    """(credit (1 - pi / h) Z, the ratio pi / h) at every step of `trajectory`, each [T] float64.
+
+    Raises:
+        ValueError: a step's outcome cannot follow its (state, action) under the MDP (the
+            trajectory is not of this task's dynamics).
+    """
+    outcomes = OUTCOMES[hindsight.outcome].sampled(trajectory, hindsight.gamma)
+    ratios = np.array(
+        [
+            hindsight.ratio(step.info["mdp_state"], step.action, z)
+            for step, z in zip(trajectory.steps, outcomes, strict=True)
+        ],
+        dtype=np.float64,
+    )
+    return (1.0 - ratios) * outcomes, ratios
+
+
+class HCA(CreditModuleBase):
+    """Return-conditional HCA with exact hindsight (see the module docstring).
+
+    Args:
+        mdps: task id -> its exact MDP (`credit.ground_truth.TaskMDPs`).
+        tables: MDP -> the current policy's exact table on it, computed when called.
+        outcome: the Z conditioned on, `return` or `success` (`credit.exact_hindsight`).
+
+    Metrics: `mean_abs_ratio_gap` (mean over steps of |1 - pi / h|: how far hindsight
+    moves from the policy).
+    """
+
+    name = "hca"
+    # The state from each step's info, the action, and Z: the rewards (return) or the
+    # env's verdict (success).
+    reads = frozenset({"mdp_state", "env_labels", "actions", "step_rewards", "outcome"})
+    needs_policy = True
+    options: ClassVar[dict[str, OptionParser]] = {"outcome": choice(*OUTCOMES)}
+
+    def __init__(
+        self, mdps: Callable[[str], FiniteMDP], tables: TableSource, outcome: str = "return"
+    ) -> None:
+        if outcome not in OUTCOMES:
+            raise ValueError(f"unknown outcome {outcome!r}; valid: {', '.join(OUTCOMES)}")
+        self.mdps = mdps
+        self.tables = tables
+        self.outcome = outcome
+
+    @classmethod
+    def from_context(cls, context: CreditContext) -> HCA:
+        """Built on the run's env and the policy as its rollout samples it; ValueError
+        (one line) where the env is not a finite MDP or the sampling is not exact."""
+        return cls(*exact_sources(context, cls.name), **parse_options(cls, context.options))
+
+    def compute(self, trajectories: Sequence[Trajectory]) -> CreditOutput:
+        hindsights = {
+            task_id: exact_hindsight(mdp, table, self.outcome)
+            for task_id, (mdp, table) in task_truths(
+                (traj.task_id for traj in trajectories if traj.length), self.mdps, self.tables
+            ).items()
+        }
+        step_advantages, gaps = [], []
+        for traj in trajectories:
+            if not traj.length:
+                step_advantages.append(np.zeros(0, dtype=np.float32))
+                continue
+            credit, ratios = hca_credit(traj, hindsights[traj.task_id])
+            step_advantages.append(credit.astype(np.float32))
+            gaps.extend(np.abs(1.0 - ratios))
+        metrics = {"mean_abs_ratio_gap": float(np.mean(gaps))} if gaps else {}
+        return CreditOutput(
+            step_advantages, broadcast_to_tokens(trajectories, step_advantages), metrics
+        )
