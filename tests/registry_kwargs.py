@@ -23,6 +23,17 @@ REGISTRY_KWARGS: dict[str, KwargsEntry] = {
     "creditgym/SysDiag-v0": {"max_steps": 12},
 }
 
+# Non-default options each env must also pass the contract tests with (check_env and a
+# same-seed rollout), added to the kwargs above: switches that change text or draws.
+OPTION_KWARGS: dict[str, tuple[dict, ...]] = {
+    "creditgym/KeyDoor-v0": ({"causal_feedback": True},),
+    "creditgym/Umbrella-v0": (
+        {"forecast_visible": True, "forecast_per_replica": True},
+        {"causal_feedback": True},
+    ),
+    "creditgym/SysDiag-v0": ({"reboot_reward": 0.0, "causal_feedback": True},),
+}
+
 
 def registry_kwargs_for(env_id: str, tmp_path_factory: pytest.TempPathFactory) -> dict:
     """The kwargs for `env_id` (empty if it has no entry), calling a callable entry."""

@@ -23,9 +23,16 @@ import envs  # noqa: F401  (registers the creditgym/ ids)
 from benchmarks import records
 from benchmarks.run import main as run_main
 from envs.registry import ENVS, EnvInfo, register_env
-from tests.registry_kwargs import registry_kwargs_for
+from tests.registry_kwargs import OPTION_KWARGS, registry_kwargs_for
 
 CREDITGYM_IDS = sorted(env_id for env_id in gymnasium.registry if env_id.startswith("creditgym/"))
+# Every id with its registry kwargs, then with each set of non-default options.
+CONTRACT_CASES = [(env_id, {}) for env_id in CREDITGYM_IDS] + [
+    (env_id, options) for env_id, variants in OPTION_KWARGS.items() for options in variants
+]
+CONTRACT_IDS = [
+    f"{env_id}{''.join(f'-{k}={v}' for k, v in o.items())}" for env_id, o in CONTRACT_CASES
+]
 EXTENDING = Path(__file__).resolve().parents[1] / "docs" / "extending.md"
 ROLLOUT_STEPS = 8
 
@@ -36,9 +43,9 @@ def test_the_three_environments_are_registered() -> None:
     )
 
 
-@pytest.mark.parametrize("env_id", CREDITGYM_IDS)
-def test_check_env(env_id: str, tmp_path_factory: pytest.TempPathFactory) -> None:
-    env = gymnasium.make(env_id, **registry_kwargs_for(env_id, tmp_path_factory))
+@pytest.mark.parametrize(("env_id", "options"), CONTRACT_CASES, ids=CONTRACT_IDS)
+def test_check_env(env_id: str, options: dict, tmp_path_factory: pytest.TempPathFactory) -> None:
+    env = gymnasium.make(env_id, **registry_kwargs_for(env_id, tmp_path_factory), **options)
     try:
         check_env(env.unwrapped, skip_render_check=True)
     finally:
@@ -63,9 +70,11 @@ def rollout(env: gymnasium.Env, seed: int) -> list[tuple[Any, ...]]:
     return record
 
 
-@pytest.mark.parametrize("env_id", CREDITGYM_IDS)
-def test_same_seed_same_rollout(env_id: str, tmp_path_factory: pytest.TempPathFactory) -> None:
-    kwargs = registry_kwargs_for(env_id, tmp_path_factory)
+@pytest.mark.parametrize(("env_id", "options"), CONTRACT_CASES, ids=CONTRACT_IDS)
+def test_same_seed_same_rollout(
+    env_id: str, options: dict, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    kwargs = {**registry_kwargs_for(env_id, tmp_path_factory), **options}
     first, second = gymnasium.make(env_id, **kwargs), gymnasium.make(env_id, **kwargs)
     try:
         assert rollout(first, seed=7) == rollout(second, seed=7)

@@ -44,6 +44,20 @@ CASES: list[tuple[str, Callable[[], gymnasium.Env], int]] = [
     ("umbrella-one-step", lambda: UmbrellaEnv(length=1, num_distractors=1), 4),
     # The limit (3) cuts the walk (length 6): home 2 + 2 steps x 4.
     ("umbrella-truncated", lambda: UmbrellaEnv(length=6, num_distractors=0, max_steps=3), 2 + 8),
+    # Options that change text or draws, never the layout: room 1 + 4 turns x 2 things.
+    (
+        "keydoor-causal-feedback",
+        lambda: KeyDoorEnv(delay=1, num_objects=1, causal_feedback=True),
+        9,
+    ),
+    # The forecast in every view, drawn per replica: home 4 + 3 steps x 8, as without.
+    (
+        "umbrella-forecast-visible-per-replica",
+        lambda: UmbrellaEnv(
+            length=4, num_distractors=1, forecast_visible=True, forecast_per_replica=True
+        ),
+        4 + 3 * 8,
+    ),
 ]
 CASE_IDS = [name for name, _, _ in CASES]
 EPISODES = 300
