@@ -13,13 +13,20 @@ Layout for trainers (`TokenBatch`): one row per step, as in multi-turn agent RL
 
 Credit modules return ragged per-step / per-token values that `TokenBatch.scatter`
 places into the same [N_rows, L] layout.
+
+Reward channels (`REWARD_CHANNELS`): the signal a run trains on, applied to each
+trajectory once, before credit and training (`trainers.core.TrainerCore`), so every
+module compared in a table learns from the same rewards (docs/credit.md):
+
+    return   every step keeps the env's reward (apples and door on KeyDoor)
+    outcome  0 at every step, the env's verifiable verdict (1 or 0) at the last
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
-from typing import Any, NamedTuple
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Literal, NamedTuple
 
 import torch
 
@@ -172,6 +179,34 @@ class Trajectory:
             feedback=record.get("feedback", ""),
             metadata=dict(record.get("metadata", {})),
         )
+
+
+def return_channel(trajectory: Trajectory) -> Trajectory:
+    """The trajectory as the env paid it: every step's own reward (the default channel)."""
+    return trajectory
+
+
+def outcome_channel(trajectory: Trajectory) -> Trajectory:
+    """The trajectory paid only its verifiable outcome: reward 0 at every step and the
+    env's verdict (`success`: 1.0, else 0.0) at the last; nothing else changes.
+
+    Per-step rewards the env also pays (KeyDoor's apples, SysDiag's reboot, penalties)
+    are dropped, so its return is the verdict: the signal of RLVR (a verifier's 1 / 0).
+    """
+    last = trajectory.length - 1
+    steps = tuple(
+        replace(step, reward=float(trajectory.success) if t == last else 0.0)
+        for t, step in enumerate(trajectory.steps)
+    )
+    return replace(trajectory, steps=steps)
+
+
+RewardChannel = Literal["return", "outcome"]
+# Channel name -> the pure function from a trajectory to the trajectory on that channel.
+REWARD_CHANNELS: dict[str, Callable[[Trajectory], Trajectory]] = {
+    "return": return_channel,
+    "outcome": outcome_channel,
+}
 
 
 class TokenBatch(NamedTuple):

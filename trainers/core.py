@@ -20,7 +20,7 @@ import abc
 import os
 import random
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal, NamedTuple, Protocol
@@ -33,7 +33,7 @@ from agents.llm import LLMAgent, SamplingConfig
 from agents.models import LoadedModel
 from agents.parsing import is_valid_action
 from agents.rollout import EnvWorkers, collect, resolve_env_workers
-from agents.trajectory import TokenBatch, Trajectory
+from agents.trajectory import TokenBatch, Trajectory, return_channel
 from credit.base import CreditModule, CreditOutput, NonFiniteError, check_finite_advantages
 from trainers.checkpoint import (
     MetricsLog,
@@ -212,6 +212,9 @@ class TrainerCore(abc.ABC):
             and `final/`.
         curve: periodic evaluation on held-out tasks (`trainers/curve.py`, `curve.jsonl`);
             None: none.
+        reward_channel: the signal credit and training see (`agents.trajectory.
+            REWARD_CHANNELS`), applied to every rollout before the credit module; the
+            rollout metrics keep the env's own reward and verdict.
 
     A subclass calls `__init__`, builds what must see the starting weights, then calls
     `resume` (which may load trained weights) before training.
@@ -227,9 +230,11 @@ class TrainerCore(abc.ABC):
         config: TrainerSettings,
         run_dir: str | os.PathLike,
         curve: CurveSettings | None = None,
+        reward_channel: Callable[[Trajectory], Trajectory] = return_channel,
     ) -> None:
         config.validate()
         self.config, self.sampling, self.curve = config, sampling, curve
+        self.reward_channel = reward_channel
         self.credit, self.env_id, self.env_kwargs = credit, env_id, dict(env_kwargs)
         self.run_dir = Path(run_dir)
         torch.manual_seed(config.seed)
@@ -344,6 +349,8 @@ class TrainerCore(abc.ABC):
         if not trajectories:
             raise RuntimeError(f"iteration {iteration}: every rollout was dropped (see log)")
         generated = sum(t.num_action_tokens for t in trajectories)
+        played = trajectories  # the env's rewards, for the rollout metrics
+        trajectories = [self.reward_channel(trajectory) for trajectory in played]
 
         start = time.perf_counter()
         credit_output = self.credit(trajectories)
@@ -352,7 +359,7 @@ class TrainerCore(abc.ABC):
         # test as False and keep its step.
         check_finite_advantages(trajectories, credit_output)
         metrics = {
-            **rollout_metrics(trajectories),
+            **rollout_metrics(played),
             "rollout/num_tasks": float(config.num_tasks),
             "rollout/group_size": float(config.group_size),
             **{f"credit/{key}": float(value) for key, value in credit_output.metrics.items()},

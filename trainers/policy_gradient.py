@@ -48,7 +48,7 @@ from __future__ import annotations
 import copy
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -62,7 +62,7 @@ from agents.llm import SamplingConfig
 from agents.logprobs import action_logprobs
 from agents.models import LoadedModel
 from agents.rollout import EnvWorkers
-from agents.trajectory import TokenBatch, Trajectory
+from agents.trajectory import TokenBatch, Trajectory, return_channel
 from credit.base import CreditModule
 from trainers.activation_checkpointing import needs_recompute, recompute_activations
 from trainers.core import (
@@ -304,8 +304,11 @@ class PolicyGradientTrainer(TrainerCore):
         config: PolicyGradientConfig,
         run_dir: str | os.PathLike,
         curve: CurveSettings | None = None,
+        reward_channel: Callable[[Trajectory], Trajectory] = return_channel,
     ) -> None:
-        super().__init__(loaded, credit, env_id, env_kwargs, sampling, config, run_dir, curve)
+        super().__init__(
+            loaded, credit, env_id, env_kwargs, sampling, config, run_dir, curve, reward_channel
+        )
         self.is_lora = isinstance(self.policy.model, PeftModel)
         # Built before `resume` loads trained weights: the KL reference is the start.
         self.reference = self._frozen_reference() if config.kl_coef > 0 else None

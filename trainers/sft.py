@@ -26,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -37,7 +37,7 @@ import torch
 from agents.llm import SamplingConfig
 from agents.models import LoadedModel
 from agents.rollout import EnvWorkers
-from agents.trajectory import TokenBatch, Trajectory
+from agents.trajectory import TokenBatch, Trajectory, return_channel
 from credit.base import CreditModule, CreditOutput
 from trainers.activation_checkpointing import recompute_activations
 from trainers.core import (
@@ -194,8 +194,11 @@ class CreditFilteredSFTTrainer(TrainerCore):
         config: SFTConfig,
         run_dir: str | os.PathLike,
         curve: CurveSettings | None = None,
+        reward_channel: Callable[[Trajectory], Trajectory] = return_channel,
     ) -> None:
-        super().__init__(loaded, credit, env_id, env_kwargs, sampling, config, run_dir, curve)
+        super().__init__(
+            loaded, credit, env_id, env_kwargs, sampling, config, run_dir, curve, reward_channel
+        )
         # The step count depends on how many pairs each round keeps: not known ahead.
         self.resume(total_optimizer_steps=None)
 

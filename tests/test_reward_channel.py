@@ -1,0 +1,125 @@
+"""Reward channels (agents/trajectory.py): the signal credit and training see, and the
+verdict modules read off it (credit.base.verdict; docs/credit.md, issue 31 item 2)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+
+from agents.models import build_tiny
+from agents.trajectory import REWARD_CHANNELS, RewardChannel, Trajectory, outcome_channel
+from benchmarks import records
+from benchmarks.run import RunConfig, run, run_name
+from credit.base import verdict
+from credit.grpo import GRPO
+from credit.hcapo import HCAPO
+from credit.hindsight import HCAPO_WORDING, hindsight_block
+from tests.credit_cases import scripted_trajectory, tokenised
+
+
+def keydoor_like(rewards, success, group_id="g") -> Trajectory:
+    """Apples paid along the way, the door's reward (or none) at the end."""
+    return scripted_trajectory(group_id, rewards, success)
+
+
+def test_outcome_channel_pays_only_the_verdict_at_the_last_step():
+    success = keydoor_like([10.0, 1.0, 1.0], True)
+    failure = keydoor_like([10.0, 1.0, 0.0], False)
+    assert [s.reward for s in outcome_channel(success).steps] == [0.0, 0.0, 1.0]
+    assert [s.reward for s in outcome_channel(failure).steps] == [0.0, 0.0, 0.0]
+    # Everything but the rewards is kept.
+    moved = outcome_channel(failure)
+    assert dataclasses.replace(moved, steps=()) == dataclasses.replace(failure, steps=())
+    for before, after in zip(failure.steps, moved.steps, strict=True):
+        assert dataclasses.replace(after, reward=before.reward) == before
+    empty = keydoor_like([], True)
+    assert outcome_channel(empty) == empty
+
+
+def test_the_return_channel_is_the_env_reward_and_the_names_match_the_type():
+    trajectory = keydoor_like([10.0, 1.0, 0.0], False)
+    assert REWARD_CHANNELS["return"](trajectory) is trajectory
+    assert set(REWARD_CHANNELS) == set(RewardChannel.__args__)
+
+
+def test_the_verdict_is_read_off_the_channel():
+    apples_only = keydoor_like([10.0, 1.0, 0.0], False)  # failed, yet paid 11
+    penalised_success = keydoor_like([-0.1, -0.1, 1.0], True)
+    assert verdict(apples_only) and not verdict(outcome_channel(apples_only))
+    assert verdict(penalised_success) and verdict(outcome_channel(penalised_success))
+    words = [
+        hindsight_block("outcome", t, 0, HCAPO_WORDING)
+        for t in (apples_only, outcome_channel(apples_only))
+    ]
+    assert words == ["Outcome: task completed.", "Outcome: task failed."]
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    torch.set_num_threads(1)
+    return build_tiny()
+
+
+def micro_terms(batch: list[Trajectory], loaded) -> list[np.ndarray]:
+    """HCAPO's micro term per step (its credit less GRPO's), the ratio fixed at 1."""
+    hcapo = HCAPO(loaded, clip=(1.0, 1.0), generation_cache_bytes=0)(batch)
+    grpo = GRPO()(batch)
+    return [h - g for h, g in zip(hcapo.step_advantages, grpo.step_advantages, strict=True)]
+
+
+def test_hcapos_do_no_harm_gate_follows_the_channel(tiny):
+    # A failure paid a small apple, a success paid 10, a failure paid nothing: the small
+    # return sits below the group's mean hindsight Q, so its micro terms are negative.
+    batch = [
+        tokenised(keydoor_like([0.5, 0.0, 0.0], False), tiny),
+        tokenised(keydoor_like([9.0, 0.0, 1.0], True), tiny),
+        tokenised(keydoor_like([0.0, 0.0, 0.0], False), tiny),
+    ]
+    on_return = micro_terms(batch, tiny)
+    on_outcome = micro_terms([outcome_channel(t) for t in batch], tiny)
+    # Return channel: the apple makes it a success there (return > 0), so the gate zeroes
+    # its negative micro terms, as it would a success's ...
+    np.testing.assert_allclose(on_return[0], 0.0, atol=1e-6)
+    # ... and on the outcome channel it is the failure it was: its terms stay negative.
+    assert np.all(on_outcome[0] < -0.1)
+    # The env's own success is gated on both channels.
+    assert np.all(on_return[1] >= -1e-6) and np.all(on_outcome[1] >= -1e-6)
+
+
+KEYDOOR_RUN = {
+    "env": "keydoor",
+    "model": "small",
+    "credit": "grpo",
+    "steps": 1,
+    "group_size": 2,  # four groups of two: some uniform on the verdict
+    "tasks_per_step": 1,
+    "learning_rate": 3e-3,
+    "max_new_tokens": 8,
+    "eval_episodes": 2,
+    "sample_group_size": 0,
+}
+
+
+def test_a_keydoor_run_on_the_outcome_channel_trains_on_the_verdict(tmp_path):
+    outcome = RunConfig(out=tmp_path, reward_channel="outcome", **KEYDOOR_RUN)
+    default = RunConfig(out=tmp_path, **KEYDOOR_RUN)
+    assert run_name(outcome) != run_name(default)
+    assert run_name(dataclasses.replace(default, reward_channel="return")) == run_name(default)
+    identity = records.read_json(run(outcome) / records.CONFIG_FILE)["identity"]
+    assert identity["reward_channel"] == "outcome"
+    assert "reward_channel" not in records.read_json(run(default) / records.CONFIG_FILE)["identity"]
+    [on_outcome] = records.read_metrics(tmp_path / run_name(outcome))
+    [on_return] = records.read_metrics(tmp_path / run_name(default))
+    # The same rollouts (same seed and starting policy), measured on the env's reward ...
+    for key in ("rollout/success_rate", "rollout/mean_return"):
+        assert on_outcome[key] == on_return[key]
+    # ... credited on two signals: the apples make groups' returns differ that the verdict
+    # alone leaves uniform (both rollouts failed, or both succeeded).
+    uniform = {
+        k: m["credit/frac_reward_zero_std"]
+        for k, m in [("outcome", on_outcome), ("return", on_return)]
+    }
+    assert uniform["outcome"] > uniform["return"], uniform
