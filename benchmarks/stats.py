@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import NamedTuple
 
@@ -223,21 +224,34 @@ def bca_interval(
     percentile ends by the bias (the share of resamples below the estimate) and the
     skewness (the jackknife's acceleration), which keeps its coverage closer to nominal
     than the plain percentile interval at 5-10 runs. Scores with no spread give the point
-    itself: there is nothing to resample, and the acceleration would be 0 / 0."""
+    itself: there is nothing to resample. Where the jackknife does not move although the
+    scores do (the IQM of 0, 0, 0, 0, 0.016 is 0 with any one score left out) the
+    acceleration is 0 / 0 and scipy returns NaN; it is then taken as 0, which is Efron's
+    bias-corrected (BC) interval from the same resamples."""
     _check({"scores": scores})
     columns = tuple(scores.T)
     value = float(statistic(*columns))
     if scores.shape[0] < 2 or np.ptp(scores) == 0:
         return Interval(value, value, value)
-    result = scipy.stats.bootstrap(
-        columns,
-        statistic,
-        n_resamples=reps,
-        method="BCa",
-        confidence_level=confidence,
-        rng=seed,
-    )
+    with warnings.catch_warnings():
+        # The 0 / 0 acceleration warns before its NaN is handled below.
+        warnings.simplefilter("ignore", (RuntimeWarning, scipy.stats.DegenerateDataWarning))
+        result = scipy.stats.bootstrap(
+            columns,
+            statistic,
+            n_resamples=reps,
+            method="BCa",
+            confidence_level=confidence,
+            rng=seed,
+        )
     low, high = result.confidence_interval
+    if np.isnan(low) or np.isnan(high):
+        draws = result.bootstrap_distribution
+        # scipy's share of resamples below the estimate: ties count one half.
+        below = (np.sum(draws < value) + np.sum(draws <= value)) / (2 * len(draws))
+        z0 = scipy.stats.norm.ppf(below)
+        tails = scipy.stats.norm.ppf([(1 - confidence) / 2, (1 + confidence) / 2])
+        low, high = np.percentile(draws, 100 * scipy.stats.norm.cdf(2 * z0 + tails))
     if not (np.isfinite(low) and np.isfinite(high)):
         raise ValueError(f"BCa interval undefined for scores {scores.tolist()}")
     return Interval(value, float(low), float(high))

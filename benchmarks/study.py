@@ -8,9 +8,13 @@ and writes, next to them (`results/study/`):
   zero-gradient fraction and the zero-variance-group fraction with its p^G + (1 - p)^G
   prediction;
 - `study.md`: per task the mean and interquartile mean (IQM) of final success and of the
-  curve's area over seeds with stratified-bootstrap 95 % intervals, the probability of
-  improvement P(X > Y) for every pair of methods per task family (Agarwal et al. 2021,
-  arXiv 2108.13264; `benchmarks/stats.py`), the speed table, and the SFT rows;
+  curve's area over seeds with 95 % intervals (the mean: the hull of a BCa bootstrap and
+  a Student-t interval, both printed; the IQM: BCa), the speed table and the SFT rows;
+  for every pair of methods per env the probability of improvement P(X > Y) (Agarwal et
+  al. 2021, arXiv 2108.13264), the mean difference, a permutation test and a TOST
+  equivalence test at `EQUIVALENCE_MARGIN`, Holm-adjusted within the confirmatory family
+  (`confirmatory`), the rest marked exploratory; and a Jonckheere-Terpstra test of a
+  trend of final success over each instrument's horizon (`benchmarks/stats.py`);
 - figures: `credit_vs_horizon.png` (final success and curve area against KeyDoor's delay
   and Umbrella's length per method: the classic credit-assignment plot),
   `learning_curves.png` (success against rollouts) and `learning_curves_wallclock.png`
@@ -44,11 +48,26 @@ import tyro
 from benchmarks import records, stats
 from benchmarks.cli import UsageError, exit_on_usage_error
 from benchmarks.plots import method_colours
+from credit import REGISTRY
 
 THRESHOLDS = (0.5, 0.8)
 # Fewer seeds than this per method and task give a bootstrap too coarse for a verdict
 # (with one seed its interval is a single point).
 MIN_SEEDS_FOR_VERDICT = 3
+# The level of every test in the report; within a Holm family, of the whole family.
+ALPHA = 0.05
+# Two methods "tie" only when TOST shows their mean final success within this many
+# (fractions of) success of each other, a margin stated before the re-run (issue 31):
+# 10 percentage points. A run's final success is measured on 64 held-out episodes, whose
+# binomial standard error alone reaches 6.25 points; a smaller gap is within what one
+# run's evaluation cannot resolve, and not one a reader would choose a method by.
+EQUIVALENCE_MARGIN = 0.10
+# The confirmatory family: every credit module in its default form (a registered name:
+# no options, convention or trainer in the row name) against this baseline, per env.
+BASELINE = "grpo"
+# The range of the report's scores (success rates and normalised curve areas): intervals
+# of their means are clipped to it.
+SCORE_RANGE = (0.0, 1.0)
 # The option that sets each instrument's horizon, and how the report names it.
 HORIZON_OPTIONS = {"KeyDoor-v0": "delay", "Umbrella-v0": "length"}
 
@@ -178,15 +197,21 @@ def score_matrix(frame: pd.DataFrame, tasks: Sequence[str], column: str) -> np.n
 
 def task_summary(frame: pd.DataFrame, reps: int) -> pd.DataFrame:
     """Per (task, method): seeds, mean and IQM of final success and of the curve's area
-    with 95 % intervals, how many runs reached 50 / 80 %, median rollouts and seconds."""
+    with 95 % intervals, how many runs reached 50 / 80 %, median rollouts and seconds.
+
+    `{column}_mean`: the headline interval of `stats.mean_estimate` (the hull of BCa and
+    t, clipped to `SCORE_RANGE`), with `{column}_bca` and `{column}_t` beside it;
+    `{column}_iqm`: the IQM with its BCa interval."""
     lines = []
     for task, by_task in frame.groupby("task", sort=False):
         for method, rows in by_task.groupby("method", sort=False):
             line = {"task": task, "method": method, "seeds": len(rows)}
             for column in ("final_success", "auc"):
                 matrix = rows.sort_values("seed")[[column]].to_numpy(dtype=float)
-                mean, iqm = stats.mean_and_iqm({method: matrix}, reps=reps)[method]
-                line[f"{column}_mean"], line[f"{column}_iqm"] = mean, iqm
+                mean = stats.mean_estimate(matrix, reps=reps, bounds=SCORE_RANGE)
+                line[f"{column}_mean"] = mean.headline
+                line[f"{column}_bca"], line[f"{column}_t"] = mean.bca, mean.t
+                line[f"{column}_iqm"] = stats.bca_interval(stats.iqm_of_tasks, matrix, reps=reps)
             for percent in (50, 80):
                 reached = rows[f"rollouts_to_{percent}"].dropna()
                 line[f"reached_{percent}"] = f"{len(reached)}/{len(rows)}"
@@ -213,9 +238,18 @@ def _median_with_misses(values: pd.Series) -> float | None:
     return None if math.isinf(middle) else middle
 
 
+def confirmatory(x: str, y: str) -> bool:
+    """Whether the pair (x, y) belongs to the confirmatory family: a credit module in its
+    default form against `BASELINE` (the claims "X beats GRPO" the study exists for).
+    Every other pair (variants, diagnosis rows, SFT, two challengers) is exploratory."""
+    return BASELINE in (x, y) and x in REGISTRY and y in REGISTRY
+
+
 def improvement_pairs(frame: pd.DataFrame, column: str, reps: int) -> pd.DataFrame:
     """P(X > Y) of `column` for every ordered pair of methods, per env (its tasks as
-    strata), over the tasks where both have the same number of seeds."""
+    strata), over the tasks where both have the same number of seeds, with the tests that
+    decide a verdict (`verdicts`): the mean difference X - Y and its Welch interval, the
+    permutation p-value of P(X > Y) = 1/2 and the TOST p-value at `EQUIVALENCE_MARGIN`."""
     lines = []
     for env, by_env in frame.groupby("env", sort=False):
         tasks = list(dict.fromkeys(by_env.task))
@@ -234,6 +268,7 @@ def improvement_pairs(frame: pd.DataFrame, column: str, reps: int) -> pd.DataFra
                 if mx is None or my is None:
                     continue
                 interval = stats.probability_of_improvement(mx, my, reps=reps)
+                testable = mx.shape[0] >= MIN_SEEDS_FOR_VERDICT
                 lines.append(
                     {
                         "env": env,
@@ -242,9 +277,79 @@ def improvement_pairs(frame: pd.DataFrame, column: str, reps: int) -> pd.DataFra
                         "tasks": len(shared),
                         "seeds": mx.shape[0],
                         "p_x_beats_y": interval,
+                        "difference": stats.mean_difference(mx, my) if testable else None,
+                        "p_difference": stats.difference_test(mx, my) if testable else math.nan,
+                        "p_equivalence": stats.tost(mx, my, EQUIVALENCE_MARGIN)
+                        if testable
+                        else math.nan,
+                        "confirmatory": confirmatory(x, y),
                     }
                 )
-    return pd.DataFrame(lines)
+    return verdicts(pd.DataFrame(lines))
+
+
+def verdicts(pairs: pd.DataFrame) -> pd.DataFrame:
+    """Adds each pair's verdict; the p-values of the confirmatory family's pairs become
+    Holm-adjusted ones (differences and equivalences each a family of their own).
+
+    "X better" when the difference test rejects at `ALPHA`; else "tie" when TOST shows
+    equivalence within `EQUIVALENCE_MARGIN`; else "inconclusive" (a failed difference test
+    is no evidence of equality). Exploratory pairs keep their unadjusted p-values and
+    say so in the verdict."""
+    if pairs.empty:
+        return pairs
+    pairs = pairs.copy()
+    family = pairs.confirmatory & pairs.p_difference.notna()
+    for column in ("p_difference", "p_equivalence"):
+        pairs.loc[family, column] = stats.holm(pairs.loc[family, column].tolist())
+    lines = []
+    for row in pairs.itertuples(index=False):
+        if math.isnan(row.p_difference):
+            lines.append(f"cannot tell (fewer than {MIN_SEEDS_FOR_VERDICT} seeds)")
+            continue
+        if row.p_difference < ALPHA:
+            verdict = f"{row.x if row.p_x_beats_y.value > 0.5 else row.y} better"
+        elif row.p_equivalence < ALPHA:
+            verdict = f"tie (within ±{100 * EQUIVALENCE_MARGIN:.0f} points)"
+        else:
+            verdict = "inconclusive"
+        lines.append(verdict if row.confirmatory else f"exploratory: {verdict}")
+    pairs["verdict"] = lines
+    return pairs
+
+
+def horizon_trends(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per instrument in `HORIZON_OPTIONS` and method run at two horizons or more: the
+    Jonckheere-Terpstra test of a monotone trend of final success over the horizon, the
+    p-values Holm-adjusted over all of the table's tests, and the verdict "falls" /
+    "rises" (adjusted p < `ALPHA`) or "no trend shown"."""
+    lines = []
+    for (env, method), rows in frame[frame.env.isin(list(HORIZON_OPTIONS))].groupby(
+        ["env", "method"], sort=True
+    ):
+        levels = sorted(set(rows.horizon))
+        groups = [rows[rows.horizon == h].final_success.to_numpy(float) for h in levels]
+        if len(levels) < 2 or min(len(g) for g in groups) < MIN_SEEDS_FOR_VERDICT:
+            continue
+        lines.append(
+            {
+                "env": env,
+                "method": method,
+                "levels": levels,
+                "means": [float(g.mean()) for g in groups],
+                "seeds": [len(g) for g in groups],
+                "trend": stats.jonckheere_terpstra(groups),
+            }
+        )
+    trends = pd.DataFrame(lines)
+    if trends.empty:
+        return trends
+    trends["p_holm"] = stats.holm([t.p_value for t in trends.trend])
+    trends["verdict"] = [
+        t.direction if p < ALPHA else "no trend shown"
+        for t, p in zip(trends.trend, trends.p_holm, strict=True)
+    ]
+    return trends
 
 
 # ------------------------------------------------------------------------------ figures
@@ -392,10 +497,15 @@ def _value(value: Any, digits: int = 0) -> str:
     return f"{value:.{digits}f}"
 
 
+def _p(value: float) -> str:
+    return "–" if math.isnan(value) else f"{value:.2g}" if value < 0.01 else f"{value:.2f}"
+
+
 def markdown(
     frame: pd.DataFrame,
     summary: pd.DataFrame,
     pairs: pd.DataFrame,
+    trends: pd.DataFrame,
     untrained: Mapping[str, float],
     source: Path,
 ) -> str:
@@ -406,8 +516,11 @@ def markdown(
         f"Built by `python -m benchmarks.study --runs {source}` from the run folders of "
         "`benchmarks/configs/study.toml`; do not edit by hand. Final success: held-out "
         "evaluation after training; AUC: area under the held-out learning curve over rollouts "
-        "(1.0 = perfect from the start). Intervals: stratified bootstrap 95 % over seeds "
-        "(Agarwal et al. 2021, arXiv 2108.13264).",
+        "(1.0 = perfect from the start). Intervals of a mean: 95 % over seeds, the hull of a "
+        "BCa bootstrap interval (Efron 1987) and a Student-t interval, clipped to [0, 100] "
+        "(each printed in the BCa / t column: at 5 seeds the percentile bootstrap is too "
+        "narrow); of the IQM: BCa (Agarwal et al. 2021, arXiv 2108.13264; "
+        "`benchmarks/stats.py`).",
         "",
     ]
     for task, rows in summary.groupby("task", sort=False):
@@ -420,44 +533,78 @@ def markdown(
                 if baseline is not None
                 else []
             ),
-            "| method | seeds | final success % (mean [95 % CI]) | IQM % | AUC % | reached 50 % | "
-            "median rollouts to 50 % | reached 80 % | median rollouts to 80 % | "
+            "| method | seeds | final success % (mean [95 % CI]) | BCa / t | IQM % | AUC % | "
+            "reached 50 % | median rollouts to 50 % | reached 80 % | median rollouts to 80 % | "
             "median train s to 80 % |",
-            "|---|---|---|---|---|---|---|---|---|---|",
+            "|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         for row in rows.itertuples(index=False):
+            both = " / ".join(
+                f"[{100 * i.low:.1f}, {100 * i.high:.1f}]"
+                for i in (row.final_success_bca, row.final_success_t)
+            )
             lines.append(
-                f"| {row.method} | {row.seeds} | {row.final_success_mean.text(100)} | "
+                f"| {row.method} | {row.seeds} | {row.final_success_mean.text(100)} | {both} | "
                 f"{row.final_success_iqm.text(100)} | {row.auc_mean.text(100)} | "
                 f"{row.reached_50} | {_value(row.median_rollouts_to_50)} | {row.reached_80} | "
                 f"{_value(row.median_rollouts_to_80)} | {_value(row.median_seconds_to_80)} |"
             )
         lines.append("")
     if not pairs.empty:
+        family = int(pairs.confirmatory.sum())
+        margin = f"{100 * EQUIVALENCE_MARGIN:.0f}"
         lines += [
-            "## Probability of improvement (final success), per env over its tasks",
+            "## Pairwise comparisons (final success), per env over its tasks",
             "",
             "P(X > Y): the chance that a run of X ends with higher held-out success than a "
-            "run of Y on the same task; a difference is called real when the 95 % interval "
-            "excludes 0.5.",
+            "run of Y on the same task, with its stratified percentile-bootstrap 95 % interval "
+            "(descriptive: the tests decide). X - Y: the difference of mean final success in "
+            "points with its Welch 95 % interval. p diff: a stratified permutation test of "
+            "P(X > Y) = 1/2; p equiv: TOST (Schuirmann 1987) that |X - Y| < "
+            f"{margin} points, the equivalence margin stated before the re-run. Verdict: "
+            f'"better" when p diff < {ALPHA}; else "tie" when p equiv < {ALPHA}; else '
+            '"inconclusive" (a difference not shown is not a tie). The confirmatory family, '
+            f"every credit module in its default form against {BASELINE} per env ({family} "
+            "pairs), carries Holm-adjusted p-values (Holm 1979; differences and equivalences "
+            "each a family); every other pair is exploratory: unadjusted, a lead for the next "
+            "study, not a finding.",
             "",
-            "| env | X | Y | tasks | seeds | P(X > Y) [95 % CI] | verdict |",
-            "|---|---|---|---|---|---|---|",
+            "| env | X | Y | tasks | seeds | P(X > Y) [95 % CI] | X - Y, points [95 % CI] | "
+            f"p diff | p equiv (±{margin}) | verdict |",
+            "|---|---|---|---|---|---|---|---|---|---|",
         ]
-        for row in pairs.itertuples(index=False):
-            p = row.p_x_beats_y
-            verdict = (
-                f"cannot tell (fewer than {MIN_SEEDS_FOR_VERDICT} seeds)"
-                if row.seeds < MIN_SEEDS_FOR_VERDICT
-                else f"{row.x} better"
-                if p.low > 0.5
-                else f"{row.y} better"
-                if p.high < 0.5
-                else "tie"
-            )
+        ordered = pairs.sort_values("confirmatory", ascending=False, kind="stable")
+        for row in ordered.itertuples(index=False):
+            difference = row.difference.text(100) if row.difference is not None else "–"
             lines.append(
                 f"| {row.env} | {row.x} | {row.y} | {row.tasks} | {row.seeds} | "
-                f"{p.text(digits=2)} | {verdict} |"
+                f"{row.p_x_beats_y.text(digits=2)} | {difference} | {_p(row.p_difference)} | "
+                f"{_p(row.p_equivalence)} | {row.verdict} |"
+            )
+        lines.append("")
+    if not trends.empty:
+        lines += [
+            "## Trend of final success over the horizon",
+            "",
+            "Jonckheere-Terpstra test (permutation p-value, two-sided) of a monotone trend of "
+            "each method's final success over KeyDoor's delay or Umbrella's length; J counts "
+            "the (shorter, longer) seed pairs where the longer horizon scored higher (ties one "
+            "half), E[J] its mean under no trend. p: Holm-adjusted over the "
+            f'{len(trends)} tests of this table. A method "falls with the horizon" only '
+            f"where the verdict says so (adjusted p < {ALPHA}).",
+            "",
+            "| env | method | horizons | seeds | final success % per horizon | J (E[J]) | "
+            "p | p (Holm) | verdict |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
+        for row in trends.itertuples(index=False):
+            lines.append(
+                f"| {row.env} | {row.method} | {', '.join(f'{h:g}' for h in row.levels)} | "
+                f"{', '.join(map(str, row.seeds))} | "
+                f"{' → '.join(f'{100 * m:.1f}' for m in row.means)} | "
+                f"{row.trend.statistic:g} ({row.trend.expected:g}) | {_p(row.trend.p_value)} | "
+                f"{_p(row.p_holm)} | "
+                f"{row.verdict} |"
             )
         lines.append("")
     zero = frame.dropna(subset=["zero_std_groups", "predicted_zero_std"])
@@ -482,10 +629,11 @@ def build(args: StudyArgs) -> pd.DataFrame:
     frame = runs_table(runs)
     summary = task_summary(frame, args.reps)
     pairs = improvement_pairs(frame, "final_success", args.reps)
+    trends = horizon_trends(frame)
     args.out.mkdir(parents=True, exist_ok=True)
     frame.to_csv(args.out / "runs.csv", index=False)
     (args.out / "study.md").write_text(
-        markdown(frame, summary, pairs, baselines(runs), args.runs), encoding="utf-8"
+        markdown(frame, summary, pairs, trends, baselines(runs), args.runs), encoding="utf-8"
     )
     horizon_figure(frame, summary, args.out / "credit_vs_horizon.png")
     curve_figure(runs, frame, "rollouts", args.out / "learning_curves.png")

@@ -62,6 +62,21 @@ def test_bca_matches_efrons_formula_on_the_exact_bootstrap_distribution():
     assert interval.high - interval.value > interval.value - interval.low
 
 
+def test_bca_without_a_moving_jackknife_is_the_bias_corrected_interval():
+    # The IQM of 0, 0, 0, 0, 1/64 is 0, and 0 with any one score left out: the acceleration
+    # is 0 / 0, so a = 0 and the ends are the Phi(2 z0 + z) quantiles (Efron's BC).
+    scores = np.array([[0.0], [1 / 64], [0.0], [0.0], [0.0]])
+    values = scores[:, 0]
+    iqms = np.array([stats.iqm(values[list(r)]) for r in itertools.product(range(5), repeat=5)])
+    z0 = scipy.stats.norm.ppf(np.mean(iqms < 0) + 0.5 * np.mean(iqms == 0))
+    levels = scipy.stats.norm.cdf(2 * z0 + scipy.stats.norm.ppf([0.025, 0.975]))
+    low, high = np.percentile(iqms, 100 * levels)
+    interval = stats.bca_interval(stats.iqm_of_tasks, scores, reps=20_000)
+    assert interval.value == 0.0 and interval.low == low == 0.0
+    assert interval.high == pytest.approx(high, abs=1 / 640)
+    assert 0 < interval.high < 1 / 64
+
+
 def test_the_headline_interval_is_the_hull_clipped_to_the_range():
     estimate = stats.mean_estimate(FIVE_SEEDS, bounds=(0.0, 1.0))
     assert estimate.bca.low > estimate.t.low and estimate.bca.high < estimate.t.high

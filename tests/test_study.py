@@ -8,9 +8,11 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from benchmarks import records, stats, study
+from benchmarks.stats import Interval
 
 ENV_ID = "creditgym/KeyDoor-v0"
 
@@ -142,7 +144,15 @@ def test_the_report_writes_its_tables_and_figures(tmp_path):
     out = tmp_path / "report"
     assert study.main(["--runs", str(runs), "--out", str(out), "--reps", "200"]) == 0
     text = (out / "study.md").read_text()
-    assert "| grpo | hp_rlvr | 2 | 3 | 1.00 [1.00, 1.00] | grpo better |" in text
+    # Fully apart on both tasks: 2 of the 20 x 20 deals of a 3 + 3 permutation test are as
+    # extreme, p = 0.005, alone in its confirmatory family (Holm leaves it); no spread, so
+    # the difference is exactly 75 points, outside the 10-point margin (TOST p = 1).
+    assert (
+        "| grpo | hp_rlvr | 2 | 3 | 1.00 [1.00, 1.00] | 75.0 [75.0, 75.0] | 0.005 | 1.00 | "
+        "grpo better |"
+    ) in text
+    # Each method's success is the same at delay 1 and 4: J = E[J] = 4.5, no trend.
+    assert "| KeyDoor-v0 | grpo | 1, 4 | 3, 3 | 100.0 → 100.0 | 4.5 (4.5) | 1.00 | 1.00 |" in text
     for figure in (
         "credit_vs_horizon.png",
         "learning_curves.png",
@@ -167,3 +177,75 @@ def test_row_names_keep_conventions_options_and_trainers_apart():
     verl = {"credit": "gigpo", "trainer": "policy_gradient", "credit_convention": "verl-agent"}
     assert study.method_name(verl) == "gigpo (verl-agent)"
     assert study.method_name({**base, "trainer": "sft"}) == "sft+hcapo"
+
+
+def test_verdicts_adjust_the_confirmatory_family_and_call_ties_only_by_tost():
+    def pair(x, p_diff, p_equiv, p_x_beats_y=0.8, y="grpo"):
+        return {
+            "x": x,
+            "y": y,
+            "p_x_beats_y": Interval(p_x_beats_y, 0.0, 1.0),
+            "p_difference": p_diff,
+            "p_equivalence": p_equiv,
+            "confirmatory": study.confirmatory(x, y),
+        }
+
+    rows = [
+        pair("gigpo", 0.01, 0.9),
+        pair("hcapo", 0.04, 0.9),
+        pair("hp_rlvr", 0.03, 0.9),
+        pair("rule_based", 0.6, 0.01),
+        pair("hcapo [do_no_harm=false]", 0.04, 0.9, p_x_beats_y=0.2),
+        pair("sft+gigpo", float("nan"), float("nan")),
+    ]
+    judged = study.verdicts(pd.DataFrame(rows))
+    # Holm over the four confirmatory differences .01 .04 .03 .6: x4 = .04, x3 = .09,
+    # x2 = .08 -> .09, x1 = .6; equivalences .9 .9 .9 .01: .01 x4 = .04, the rest 1.
+    assert judged.p_difference.tolist()[:4] == pytest.approx([0.04, 0.09, 0.09, 0.6])
+    assert judged.p_equivalence.tolist()[:4] == pytest.approx([1.0, 1.0, 1.0, 0.04])
+    assert judged.verdict.tolist() == [
+        "gigpo better",
+        "inconclusive",  # p .04 alone would pass; adjusted .09 does not
+        "inconclusive",
+        "tie (within ±10 points)",  # a failed difference test alone is never a tie
+        "exploratory: grpo better",  # unadjusted .04, P(X > Y) = .2
+        "cannot tell (fewer than 3 seeds)",
+    ]
+
+
+def test_horizon_trends_call_a_fall_only_when_the_adjusted_test_does():
+    rows = []
+    for horizon, falling in ((1, 0.9), (4, 0.6), (16, 0.2)):
+        for seed in range(5):
+            rows.append(
+                {
+                    "env": "KeyDoor-v0",
+                    "method": "grpo",
+                    "horizon": horizon,
+                    "final_success": falling + 0.01 * seed,
+                }
+            )
+            rows.append(
+                {
+                    "env": "KeyDoor-v0",
+                    "method": "gigpo",
+                    "horizon": horizon,
+                    "final_success": 0.5 + 0.01 * ((seed + horizon) % 5),
+                }
+            )
+    trends = study.horizon_trends(pd.DataFrame(rows)).set_index("method")
+    # grpo: no pair ascends, J = 0 of E[J] = 37.5; a random deal as extreme is 2 in
+    # 756,756, so p = 1 / 20,001, x2 for Holm over the table's two tests.
+    assert trends.loc["grpo", "trend"].statistic == 0.0
+    assert trends.loc["grpo", "p_holm"] == pytest.approx(2 / (1 + stats.PERMUTATIONS))
+    assert trends.loc["grpo", "verdict"] == "falls"
+    # gigpo's seeds take the same five values at every horizon: J = E[J], p = 1.
+    assert trends.loc["gigpo", "trend"].statistic == 37.5
+    assert trends.loc["gigpo", "verdict"] == "no trend shown"
+
+
+def test_the_confirmatory_family_is_default_modules_against_grpo():
+    assert study.confirmatory("gigpo", "grpo") and study.confirmatory("grpo", "hcapo")
+    assert not study.confirmatory("gigpo", "hcapo")
+    assert not study.confirmatory("grpo", "hcapo [do_no_harm=false]")
+    assert not study.confirmatory("grpo", "sft+grpo")
