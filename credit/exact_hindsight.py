@@ -164,6 +164,17 @@ class ExactHindsight:
             raise ValueError(f"outcome {z!r} cannot follow {action!r} in state {state!r}")
         return p_z / p_za
 
+    def hca_bias(self, state: str, action: str) -> float:
+        """E[(1 - pi(a|s) / h(a|s, Z)) Z | s, a] - A(s, a) = sum_{z: P(z|s,a) = 0} P(z|s) z.
+
+        HCA's return-conditional identity averages over the outcomes that can follow a;
+        an outcome reachable from s but not after a drops its share of V(s) (the paper's
+        positivity assumption, h(a|s, z) > 0, excludes it). 0 where every nonzero outcome
+        of s can follow a.
+        """
+        law = self.action_outcomes[state][action]
+        return sum(p * z for z, p in self.state_outcomes[state].items() if law.get(z, 0.0) <= 0.0)
+
 
 def exact_hindsight(
     mdp: FiniteMDP, policy: PolicyTable, outcome: str = "return", gamma: float = 1.0

@@ -6,8 +6,13 @@ At a visited step, with Z the episode's own outcome from that step on,
     credit_t = (1 - pi(a_t|s_t) / h(a_t | s_t, Z)) Z,
     pi(a|s) / h(a | s, z) = P(Z = z | s) / P(Z = z | s, a),
 
-an unbiased estimate of A(s_t, a_t) for the value of that outcome: averaged over
-Z ~ P(. | s, a) it is E[Z | s, a] - sum_z P(z | s) z = Q(s, a) - V(s). The hindsight
+an estimate of A(s_t, a_t) for the value of that outcome: averaged over Z ~ P(. | s, a)
+it is E[Z | s, a] - sum_{z: P(z|s,a) > 0} P(z | s) z, which is Q(s, a) - V(s) when every
+nonzero outcome reachable from s can also follow a (the paper's positivity assumption,
+h(a | s, z) > 0). Where it cannot (KeyDoor: the top return needs the key, so taking a
+distractor cannot reach it), the mean is off by exactly
+`ExactHindsight.hca_bias(s, a)` = sum_{z: P(z|s,a) = 0} P(z | s) z, which the module
+reports (`mean_abs_bias`) rather than hides. The hindsight
 distribution h is exact (`credit.exact_hindsight`: dynamic programming on each task's
 MDP under the policy's exact table, recomputed every call as the oracle's is), so what
 is left is the estimator's own variance: the method with perfect hindsight, beside the
@@ -61,7 +66,8 @@ class HCA(CreditModuleBase):
         outcome: the Z conditioned on, `return` or `success` (`credit.exact_hindsight`).
 
     Metrics: `mean_abs_ratio_gap` (mean over steps of |1 - pi / h|: how far hindsight
-    moves from the policy).
+    moves from the policy) and `mean_abs_bias` (mean over steps of |hca_bias(s_t, a_t)|,
+    the exact bias of the estimator at the visited pairs).
     """
 
     name = "hca"
@@ -93,15 +99,23 @@ class HCA(CreditModuleBase):
                 (traj.task_id for traj in trajectories if traj.length), self.mdps, self.tables
             ).items()
         }
-        step_advantages, gaps = [], []
+        step_advantages, gaps, biases = [], [], []
         for traj in trajectories:
             if not traj.length:
                 step_advantages.append(np.zeros(0, dtype=np.float32))
                 continue
-            credit, ratios = hca_credit(traj, hindsights[traj.task_id])
+            hindsight = hindsights[traj.task_id]
+            credit, ratios = hca_credit(traj, hindsight)
             step_advantages.append(credit.astype(np.float32))
             gaps.extend(np.abs(1.0 - ratios))
-        metrics = {"mean_abs_ratio_gap": float(np.mean(gaps))} if gaps else {}
+            biases.extend(
+                abs(hindsight.hca_bias(step.info["mdp_state"], step.action)) for step in traj.steps
+            )
+        metrics = (
+            {"mean_abs_ratio_gap": float(np.mean(gaps)), "mean_abs_bias": float(np.mean(biases))}
+            if gaps
+            else {}
+        )
         return CreditOutput(
             step_advantages, broadcast_to_tokens(trajectories, step_advantages), metrics
         )
