@@ -12,10 +12,14 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch
 
+from agents.base import ExpertAgent, RandomAgent
+from agents.episode import play_episode
+from agents.llm import SamplingConfig
 from agents.models import build_tiny
 from agents.trajectory import Step, Trajectory
 from credit import REGISTRY, CreditContext, build
@@ -29,7 +33,7 @@ from credit.base import (
 )
 from credit.gigpo import GiGPO
 from credit.grpo import GRPO
-from tests.credit_cases import scripted_trajectory, tokenised
+from tests.credit_cases import tokenised
 
 
 class UndeclaredRead(AssertionError):
@@ -93,23 +97,42 @@ class PoisonedTrajectory:
         return getattr(self._trajectory, name)
 
 
+KEYDOOR = "creditgym/KeyDoor-v0"
+KEYDOOR_OPTIONS = {"delay": 2, "variance": "high"}
+
+
 @pytest.fixture(scope="module")
 def tiny():
     torch.set_num_threads(1)
     return build_tiny()
 
 
-def batch_of(loaded) -> list[Trajectory]:
-    """Two groups with spread returns (so hindsight modules score), key-step labels,
-    repeated observations (GiGPO's anchors), tokenised and scripted steps, one empty."""
-    return [
-        tokenised(scripted_trajectory("g1", [0.0, -0.1, 1.0], True, key_steps=[0, 1, 1]), loaded),
-        tokenised(scripted_trajectory("g1", [0.0, 0.0], False, key_steps=[1, 0]), loaded),
-        scripted_trajectory("g1", [0.5, 0.0, 1.0], True, observations=["g1 state 0", "x", "y"]),
-        tokenised(scripted_trajectory("g2", [2.0], True, key_steps=[1]), loaded),
-        scripted_trajectory("g2", [0.3, -1.0], False),
-        scripted_trajectory("g2", [], False),
-    ]
+@pytest.fixture(scope="module")
+def context(tiny) -> CreditContext:
+    """Everything a run offers a module, the exact-MDP oracles' env and sampling too."""
+    sampling = SamplingConfig(temperature=1.0, max_new_tokens=48, history_len=0, constrained=True)
+    return CreditContext(
+        tiny, history_len=0, env_id=KEYDOOR, env_kwargs=KEYDOOR_OPTIONS, sampling=sampling
+    )
+
+
+@pytest.fixture(scope="module")
+def keydoor_batch(tiny) -> list[Trajectory]:
+    """Two groups of KeyDoor episodes of the expert and a random agent (apples, doors
+    opened and not, key-step labels, true states, repeated rooms for GiGPO's anchors),
+    half of them as a policy records them (token ids), and an empty trajectory."""
+    env = gym.make(KEYDOOR, **KEYDOOR_OPTIONS)
+    try:
+        batch = [
+            play_episode(env, agent, seed=group, group_id=f"g{group}")
+            for group in (0, 1)
+            for agent in (ExpertAgent(), *(RandomAgent(seed=k) for k in range(2)))
+        ]
+    finally:
+        env.close()
+    batch = [tokenised(t, tiny, history_len=0) if k % 2 else t for k, t in enumerate(batch)]
+    assert len({t.total_return for t in batch}) > 2 and len({t.success for t in batch}) == 2
+    return [*batch, dataclasses.replace(batch[0], steps=())]
 
 
 def outputs_equal(first, second) -> None:
@@ -129,14 +152,13 @@ def credit_on(module: CreditModuleBase, trajectories) -> Any:
 
 
 @pytest.mark.parametrize("name", sorted(REGISTRY))
-def test_a_registered_module_reads_only_what_it_declares(name, tiny):
+def test_a_registered_module_reads_only_what_it_declares(name, context, keydoor_batch):
     cls = REGISTRY[name]
     assert issubclass(cls, CreditModuleBase)  # `compute` is its credit (see `credit_on`)
     assert cls.reads <= READS.keys(), f"{name} reads {set(cls.reads) - READS.keys()}"
-    batch = batch_of(tiny)
-    poisoned = [PoisonedTrajectory(trajectory, cls.reads) for trajectory in batch]
-    plain = credit_on(build(cls, CreditContext(tiny)), batch)
-    outputs_equal(credit_on(build(cls, CreditContext(tiny)), poisoned), plain)
+    poisoned = [PoisonedTrajectory(trajectory, cls.reads) for trajectory in keydoor_batch]
+    plain = credit_on(build(cls, context), keydoor_batch)
+    outputs_equal(credit_on(build(cls, context), poisoned), plain)
 
 
 class GiGPOClaimingLess(GiGPO):
@@ -164,14 +186,14 @@ class GRPOReadingTheFlag(GRPO):
     ("cls", "field"),
     [(GiGPOClaimingLess, "Step.observation"), (GRPOReadingTheFlag, "Trajectory.success")],
 )
-def test_a_module_reading_an_undeclared_field_is_caught(cls, field, tiny):
-    poisoned = [PoisonedTrajectory(trajectory, cls.reads) for trajectory in batch_of(tiny)]
+def test_a_module_reading_an_undeclared_field_is_caught(cls, field, keydoor_batch):
+    poisoned = [PoisonedTrajectory(trajectory, cls.reads) for trajectory in keydoor_batch]
     with pytest.raises(UndeclaredRead, match=f"read {field}"):
         credit_on(cls(), poisoned)
 
 
-def test_token_ids_give_their_number_but_not_their_values(tiny):
-    step = PoisonedTrajectory(batch_of(tiny)[0], frozenset({"return"})).steps[0]
+def test_token_ids_give_their_number_but_not_their_values(keydoor_batch):
+    step = PoisonedTrajectory(keydoor_batch[1], frozenset({"return"})).steps[0]
     assert len(step.action_token_ids) > 0
     with pytest.raises(UndeclaredRead, match=r"values of Step\.action_token_ids"):
         list(step.action_token_ids)
@@ -192,7 +214,7 @@ def test_the_vocabulary_names_every_field_of_a_trajectory_and_a_step():
 
 def test_oracles_are_the_modules_that_read_labels_outcome_or_mdp_state():
     oracles = {name for name, cls in REGISTRY.items() if is_oracle(cls)}
-    assert "rule_based" in oracles
+    assert {"rule_based", "oracle", "hca"} <= oracles
     assert not oracles & {"grpo", "gigpo", "hcapo", "hcapo_seed", "hp_rlvr"}
     for name in oracles:
         assert REGISTRY[name].reads & {"env_labels", "outcome", "mdp_state"}
