@@ -1,0 +1,216 @@
+"""`oracle` (credit/oracle.py): the exact A of the current policy, and the registry
+contract for the exact-MDP modules (`oracle`, `hca`) on KeyDoor.
+
+The registry-wide tests (tests/test_credit_properties.py, test_credit_contract.py,
+test_credit_reads.py) hand every module SysDiag cases, which carry no exact state; the
+modules reading `mdp_state` are checked here on the same properties with trajectories of
+`small` on KeyDoor, built as the command line builds them (env, its options, the
+rollout's sampling in the `CreditContext`).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import envs
+from agents.llm import LLMAgent
+from agents.models import LoadedModel, build_small
+from agents.rollout import collect
+from benchmarks.run import main
+from credit import REGISTRY, CreditContext, NonFiniteError, build
+from credit.ground_truth import TaskMDPs, evaluate_policy, llm_policy_table
+from credit.oracle import Oracle
+from credit.truth_metrics import true_advantages
+from tests.test_credit_contract import one_error_line
+from tests.test_credit_properties import check_contract
+from tests.test_credit_reads import PoisonedTrajectory, credit_on, outputs_equal
+from tests.test_exact_hindsight import KEYDOOR, RiskyChain, chain_trajectory
+from tests.test_learning import fisher_one_sided
+from trainers.policy_gradient import AgentConfig, PolicyGradientConfig, PolicyGradientTrainer
+
+EXACT_MODULES = sorted(name for name, cls in REGISTRY.items() if "mdp_state" in cls.reads)
+SAMPLING = AgentConfig(constrained=True, max_new_tokens=8, history_len=0, temperature=1.0)
+ENV_KWARGS = {"delay": 2}
+
+
+@pytest.fixture(scope="module")
+def small() -> LoadedModel:
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    return build_small()
+
+
+def context(policy: LoadedModel, **changes) -> CreditContext:
+    fields = {"env_id": KEYDOOR, "env_kwargs": ENV_KWARGS, "sampling": SAMPLING, **changes}
+    return CreditContext(policy=policy, **fields)
+
+
+@pytest.fixture(scope="module")
+def keydoor_batch(small) -> list:
+    """Two groups of 4 rollouts of `small` on KeyDoor (two tasks), as a trainer samples."""
+    agent = LLMAgent(small, seed=3, **vars(SAMPLING))
+    trajectories, _ = collect(
+        KEYDOOR, agent, [11, 12], group_size=4, num_envs=8, env_kwargs=ENV_KWARGS, progress=False
+    )
+    assert len({t.task_id for t in trajectories}) == 2
+    return trajectories
+
+
+def test_the_exact_modules_are_the_registered_oracles_on_mdp_state():
+    assert EXACT_MODULES == ["hca", "oracle"]
+    assert all(REGISTRY[name].needs_policy for name in EXACT_MODULES)
+
+
+def test_oracle_on_the_chain_equals_the_hand_advantages():
+    oracle = Oracle(
+        lambda task_id: RiskyChain(),
+        lambda mdp: {
+            "s0": {"risky": 0.6, "safe": 0.4},
+            "s1": {"go": 0.5, "stop": 0.5},
+        },
+    )
+    batch = [
+        chain_trajectory([("s0", "risky", 0.0), ("s1", "go", 1.0)]),
+        chain_trajectory([("s0", "safe", 0.5)]),
+        chain_trajectory([("s0", "risky", 0.0), ("s1", "stop", 0.0)]),
+    ]
+    output = oracle(batch)
+    # Q(s1, go) = 0.5, Q(s1, stop) = 0, V(s1) = 0.25; Q(s0, risky) = V(s1) = 0.25,
+    # Q(s0, safe) = 0.5, V(s0) = 0.6 * 0.25 + 0.4 * 0.5 = 0.35.
+    np.testing.assert_allclose(output.step_advantages[0], [-0.1, 0.25], rtol=1e-6)
+    np.testing.assert_allclose(output.step_advantages[1], [0.15], rtol=1e-6)
+    np.testing.assert_allclose(output.step_advantages[2], [-0.1, -0.25], rtol=1e-6)
+    assert output.metrics["exact_return"] == pytest.approx(0.35)
+
+
+def test_oracle_follows_the_weights_of_each_call(small, keydoor_batch):
+    policy = copy.deepcopy(small)
+    oracle = build(REGISTRY["oracle"], context(policy))
+    before = oracle(keydoor_batch).step_advantages
+    with torch.no_grad():  # an optimiser step, in effect: the same object, new weights
+        policy.model.get_output_embeddings().weight.mul_(3.0)
+    after = oracle(keydoor_batch).step_advantages
+    agent = LLMAgent(policy, **vars(SAMPLING))
+    mdps = TaskMDPs(KEYDOOR, ENV_KWARGS)
+    for trajectory, values in zip(keydoor_batch, after, strict=True):
+        mdp = mdps(trajectory.task_id)
+        truth = evaluate_policy(mdp, llm_policy_table(agent, KEYDOOR, mdp))
+        np.testing.assert_allclose(values, true_advantages(trajectory, truth), atol=1e-6)
+    assert any(not np.allclose(a, b) for a, b in zip(after, before, strict=True))
+
+
+@pytest.mark.parametrize("name", EXACT_MODULES)
+def test_exact_modules_hold_the_registry_contract_on_keydoor(name, small, keydoor_batch):
+    module = build(REGISTRY[name], context(small))
+    output = module(keydoor_batch)
+    check_contract(keydoor_batch, output)
+    assert any(np.any(values != 0) for values in output.step_advantages)
+    check_contract([], module([]))
+    one_step = [t for t in keydoor_batch if t.length][:1]
+    check_contract(one_step, module(one_step))
+    # Permuting the batch permutes the output.
+    order = [5, 2, 7, 0, 1, 6, 3, 4]
+    permuted = module([keydoor_batch[i] for i in order]).step_advantages
+    for k, i in enumerate(order):
+        np.testing.assert_array_equal(permuted[k], output.step_advantages[i])
+    # Stateless: the state round-trips empty.
+    assert module.state_dict() == {}
+    module.load_state_dict(module.state_dict())
+    # It reads only what it declares.
+    poisoned = [PoisonedTrajectory(t, module.reads) for t in keydoor_batch]
+    outputs_equal(credit_on(module, poisoned), credit_on(module, keydoor_batch))
+
+
+@pytest.mark.parametrize("name", EXACT_MODULES)
+def test_exact_modules_refuse_a_non_finite_reward(name, small, keydoor_batch):
+    module = build(REGISTRY[name], context(small))
+    trajectory = keydoor_batch[0]
+    steps = list(trajectory.steps)
+    steps[0] = dataclasses.replace(steps[0], reward=math.nan)
+    with pytest.raises(NonFiniteError, match=r"trajectory 1 .*step 0: reward"):
+        module([keydoor_batch[1], dataclasses.replace(trajectory, steps=tuple(steps))])
+
+
+@pytest.mark.parametrize("name", EXACT_MODULES)
+def test_exact_modules_need_a_finite_mdp_and_an_exact_policy(name, small):
+    cls = REGISTRY[name]
+    with pytest.raises(ValueError, match=f"{name}: creditgym/SysDiag-v0 does not describe"):
+        build(cls, context(small, env_id="creditgym/SysDiag-v0", env_kwargs={}))
+    with pytest.raises(ValueError, match=f"{name} needs the run's env"):
+        build(cls, CreditContext(policy=small))
+    with pytest.raises(
+        ValueError, match=f"{name}: exact action distributions need constrained decoding"
+    ):
+        build(cls, context(small, sampling=dataclasses.replace(SAMPLING, constrained=False)))
+    with pytest.raises(ValueError, match="history-free prompt"):
+        build(cls, context(small, sampling=dataclasses.replace(SAMPLING, history_len=2)))
+
+
+def test_the_oracle_on_sysdiag_is_one_line_and_exit_2(capsys, tmp_path):
+    argv = ["--env", "sysdiag", "--credit", "oracle", "--model", "small"]
+    assert main([*argv, "--steps", "1", "--out", str(tmp_path)]) == 2
+    line = one_error_line(capsys)
+    assert "--credit oracle" in line and "does not describe itself as a finite MDP" in line
+    assert not list(tmp_path.iterdir())  # the run folder left nothing behind
+
+
+# --- learning KeyDoor at delay 4 with perfect credit -------------------------------
+LEARN_KWARGS = {"delay": 4}
+LEARN_ITERATIONS = 10
+EVAL_SEEDS = list(range(900_000, 900_064))
+MIN_TRAINED_SUCCESS = 0.8
+MAX_P_VALUE = 0.01
+
+
+def success_count(loaded: LoadedModel) -> int:
+    agent = LLMAgent(loaded, seed=12345, **vars(SAMPLING))
+    trajectories, _ = collect(
+        KEYDOOR, agent, EVAL_SEEDS, num_envs=8, env_kwargs=LEARN_KWARGS, progress=False
+    )
+    assert len(trajectories) == len(EVAL_SEEDS), "an evaluation episode was dropped"
+    return sum(trajectory.success for trajectory in trajectories)
+
+
+@pytest.mark.slow
+def test_small_trained_with_the_oracle_learns_keydoor_at_delay_4(tmp_path):
+    assert envs.ENVS[KEYDOOR].markov  # history 0 is the env's own prompt length
+    torch.manual_seed(0)
+    untrained = success_count(build_small())
+    loaded = build_small()
+    oracle = build(
+        REGISTRY["oracle"],
+        CreditContext(policy=loaded, env_id=KEYDOOR, env_kwargs=LEARN_KWARGS, sampling=SAMPLING),
+    )
+    config = PolicyGradientConfig(
+        steps=LEARN_ITERATIONS,
+        group_size=8,
+        tasks_per_step=4,
+        learning_rate=3e-3,
+        micro_batch_trajectories=8,
+        finetune="full",
+        checkpoint_every=LEARN_ITERATIONS,
+        seed=0,
+    )
+    trainer = PolicyGradientTrainer(
+        loaded, oracle, KEYDOOR, LEARN_KWARGS, SAMPLING, config, tmp_path
+    )
+    records = trainer.train()
+    assert len(records) == LEARN_ITERATIONS
+    trained = success_count(trainer.policy)
+    n = len(EVAL_SEEDS)
+    p_value = fisher_one_sided(untrained, trained, n)
+    first, last = records[0]["credit/exact_return"], records[-1]["credit/exact_return"]
+    summary = (
+        f"small + oracle on KeyDoor delay 4: untrained {untrained}/{n}, trained {trained}/{n} "
+        f"after {LEARN_ITERATIONS} iterations (one-sided Fisher p = {p_value:.2g}); exact "
+        f"return {first:.3f} -> {last:.3f}"
+    )
+    print(summary)
+    assert trained / n >= MIN_TRAINED_SUCCESS, summary
+    assert p_value <= MAX_P_VALUE, summary
