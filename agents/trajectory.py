@@ -202,6 +202,7 @@ def outcome_channel(trajectory: Trajectory) -> Trajectory:
 
 
 RewardChannel = Literal["return", "outcome"]
+DEFAULT_REWARD_CHANNEL: RewardChannel = "return"
 # Channel name -> the pure function from a trajectory to the trajectory on that channel.
 REWARD_CHANNELS: dict[str, Callable[[Trajectory], Trajectory]] = {
     "return": return_channel,

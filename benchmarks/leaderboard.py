@@ -7,7 +7,12 @@ offline) plus the plots of `benchmarks.plots` into `--out` (default: the folder 
 `--runs`, so `--runs results/local/runs` never touches `results/leaderboard.*`). Every
 page names the folder it was built from. Never edit those files by hand: rerun this.
 
-One table per task (env, fault families, step limit T). A row is one method
+One table per task (env, fault families, step limit T) and reward channel (the signal
+the rows trained on, `benchmarks.run --reward-channel`; a column of every table), so the
+rows compared trained on one signal; evaluation-only rows appear in each of their task's
+tables. Oracles (credit modules that read ground truth: the env's labels, its noise-free
+outcome or its exact state, `credit.base.is_oracle`) are listed apart under each table
+and never ranked against the rest. A row is one method
 configuration: every setting of the runs' `method_config` (benchmarks/records.py; model,
 trainer, credit, G, optimiser steps, learning rate, tasks per step, constrained decoding,
 history length, sampling temperature, ...), so runs share a row only when they differ in
@@ -36,14 +41,19 @@ import numpy as np
 import pandas as pd
 import tyro
 
+import credit
 from agents.atomic import atomic_write_text
+from agents.trajectory import DEFAULT_REWARD_CHANNEL
 from benchmarks import plots, records, stats
 from benchmarks.cli import UsageError, exit_on_usage_error
+from credit.base import is_oracle
 
 # Fewer seeds than this in either row and the bootstrap is too coarse for a verdict.
 MIN_SEEDS_FOR_VERDICT = 3
 # Headers of the settings shown first (records.METHOD_FIELDS); others show their name.
 SETTING_HEADERS = {"group_size": "G"}
+# The run option naming the reward channel: its own column, never a varying setting.
+CHANNEL_SETTING = "reward_channel"
 
 
 @dataclass(frozen=True)
@@ -71,6 +81,8 @@ class Section:
     methods: tuple[str, ...]  # row keys (records.RunData.method), best first per model
     shared: Mapping[str, Any]  # setting -> the one value of every row it applies to
     varying: tuple[str, ...]  # settings (beyond METHOD_FIELDS) that differ: columns
+    channel: str | None = None  # the reward channel its trained rows used; None: none trained
+    oracles: tuple[str, ...] = ()  # row keys of oracles: listed apart, never ranked
 
 
 @dataclass(frozen=True)
@@ -215,9 +227,31 @@ def split_settings(
     return shared, tuple(varying)
 
 
+def reward_channel(settings: Mapping[str, Any]) -> str | None:
+    """The reward channel a row trained on (a run at the default channel leaves it out of
+    its identity); None for an evaluation-only row, which trained on nothing."""
+    if settings["trainer"] == "eval-only":
+        return None
+    return settings.get(CHANNEL_SETTING, DEFAULT_REWARD_CHANNEL)
+
+
+def reads_ground_truth(settings: Mapping[str, Any]) -> bool:
+    """Whether a row's credit module is an oracle (`credit.base.is_oracle`).
+
+    Raises:
+        ValueError: the credit module cannot be found (a plug-in no longer importable).
+    """
+    if settings["trainer"] == "eval-only":
+        return False
+    try:
+        return is_oracle(credit.resolve(settings["credit"]))
+    except KeyError as error:
+        raise ValueError(f"cannot tell whether a row reads ground truth: {error}") from error
+
+
 def build_table(runs: Sequence[records.RunData], source: Path) -> Table:
-    """Aggregate runs into one section per task: per-run success rates, then mean +- s.e.
-    over the runs (seeds) of each row."""
+    """Aggregate runs into one section per task and reward channel: per-run success
+    rates, then mean +- s.e. over the runs (seeds) of each row."""
     frame = runs_frame(runs)
     episodes = episodes_frame(runs)
     cells = cells_of(per_run_rates(episodes))
@@ -225,7 +259,7 @@ def build_table(runs: Sequence[records.RunData], source: Path) -> Table:
     settings = {run.method: run.method_config for run in runs}
     sections = []
     for task in sorted(frame["task"].unique()):
-        methods = sorted(frame.loc[frame["task"] == task, "method"].unique())
+        task_methods = sorted(frame.loc[frame["task"] == task, "method"].unique())
         task_columns = {column for t, _, column in cells if t == task}
         columns = tuple(sorted(c for c in task_columns if "/" not in c))
         typed = sorted(c for c in task_columns if "/" in c)
@@ -235,18 +269,26 @@ def build_table(runs: Sequence[records.RunData], source: Path) -> Table:
             means = [cells[(task, method, c)].mean for c in columns if (task, method, c) in cells]
             return sum(means) / len(means) if means else 0.0
 
-        methods.sort(key=lambda m: (str(settings[m]["model"]), -mean_success(m), m))
-        shared, varying = split_settings([settings[m] for m in methods])
-        sections.append(
-            Section(
-                task=task,
-                columns=columns,
-                task_type_columns=tuple(typed) if several_types else (),
-                methods=tuple(methods),
-                shared=shared,
-                varying=varying,
+        trained = {reward_channel(settings[m]) for m in task_methods} - {None}
+        for channel in sorted(trained) or [None]:
+            methods = [m for m in task_methods if reward_channel(settings[m]) in (channel, None)]
+            methods.sort(key=lambda m: (str(settings[m]["model"]), -mean_success(m), m))
+            shared, varying = split_settings(
+                [{k: v for k, v in settings[m].items() if k != CHANNEL_SETTING} for m in methods]
             )
-        )
+            oracles = tuple(m for m in methods if reads_ground_truth(settings[m]))
+            sections.append(
+                Section(
+                    task=task,
+                    columns=columns,
+                    task_type_columns=tuple(typed) if several_types else (),
+                    methods=tuple(m for m in methods if m not in oracles),
+                    shared=shared,
+                    varying=varying,
+                    channel=channel,
+                    oracles=oracles,
+                )
+            )
     return Table(
         source=source,
         run_count=len(runs),
@@ -265,6 +307,19 @@ STAT_COLUMNS: dict[str, tuple[str, str]] = {
     "train_minutes": ("train min", "{:.1f}"),
     "rollouts": ("rollouts", "{:.0f}"),
 }
+
+
+def section_title(section: Section) -> str:
+    """A table's heading: its task, and the reward channel its rows trained on."""
+    if section.channel is None:
+        return section.task
+    return f"{section.task}, trained on the {section.channel} channel"
+
+
+ORACLE_NOTE = (
+    "Oracles (their credit reads ground truth: the env's labels, its noise-free outcome or "
+    "its exact state): listed apart, never ranked against the rows above."
+)
 
 
 def stat_text(key: str, value: float | None) -> str:
@@ -324,7 +379,9 @@ def comparisons(table: Table, section: Section) -> list[str]:
 
 def header_cells(section: Section, columns: Sequence[str]) -> list[str]:
     return [
-        *(SETTING_HEADERS.get(key, key) for key in (*records.METHOD_FIELDS, *section.varying)),
+        *(SETTING_HEADERS.get(key, key) for key in records.METHOD_FIELDS),
+        "channel",
+        *(SETTING_HEADERS.get(key, key) for key in section.varying),
         *columns,
         *(h for h, _ in STAT_COLUMNS.values()),
     ]
@@ -334,9 +391,10 @@ def row_cells(table: Table, section: Section, method: str, columns: Sequence[str
     settings = table.settings[method]
     cells = (table.cells.get((section.task, method, column)) for column in columns)
     stats = table.stats[(section.task, method)]
-    shown = (*records.METHOD_FIELDS, *section.varying)
     return [
-        *(records.setting_text(settings, key) for key in shown),
+        *(records.setting_text(settings, key) for key in records.METHOD_FIELDS),
+        reward_channel(settings) or "–",
+        *(records.setting_text(settings, key) for key in section.varying),
         *(cell.text() if cell else "–" for cell in cells),
         *(stat_text(key, stats[key]) for key in STAT_COLUMNS),
     ]
@@ -350,10 +408,13 @@ def command_text(table: Table) -> str:
     return f"python -m benchmarks.leaderboard --runs {table.source.as_posix()}"
 
 
-def markdown_table(table: Table, section: Section, columns: Sequence[str]) -> str:
+def markdown_table(
+    table: Table, section: Section, columns: Sequence[str], methods: Sequence[str]
+) -> str:
+    """The rows `methods` of a section (its compared rows or its oracles) in `columns`."""
     headers = header_cells(section, columns)
     lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-    for method in section.methods:
+    for method in methods:
         lines.append("| " + " | ".join(row_cells(table, section, method, columns)) + " |")
     return "\n".join(lines)
 
@@ -366,16 +427,22 @@ def render_markdown(table: Table, plot_files: Mapping[str, str]) -> str:
         "One table per task. A row is one method configuration: runs share a row only when",
         "they differ in nothing but the seed; a setting shown as – is at its default",
         "(`python -m benchmarks.run --help`) or does not apply. Cells: evaluation success %",
-        "as mean ± standard error over the row's seeds (n = seeds).",
+        "as mean ± standard error over the row's seeds (n = seeds). One table per task and",
+        "reward channel (`--reward-channel`); oracles are listed apart and never ranked.",
     ]
     for section in table.sections:
-        parts += ["", f"## {section.task}", ""]
+        parts += ["", f"## {section_title(section)}", ""]
         if shared_text(section):
             parts += [shared_text(section), ""]
-        parts.append(markdown_table(table, section, section.columns))
-        if section.task_type_columns:
-            parts += ["", "Per task type:", ""]
-            parts.append(markdown_table(table, section, section.task_type_columns))
+        for methods, note in ((section.methods, None), (section.oracles, ORACLE_NOTE)):
+            if not methods:
+                continue
+            if note:
+                parts += ["", note, ""]
+            parts.append(markdown_table(table, section, section.columns, methods))
+            if section.task_type_columns:
+                parts += ["", "Per task type:", ""]
+                parts.append(markdown_table(table, section, section.task_type_columns, methods))
         lines = comparisons(table, section)
         if lines:
             parts += ["", "Which differences are real:", "", *lines]
@@ -394,7 +461,7 @@ def csv_frame(table: Table) -> pd.DataFrame:
     ]
     lines = []
     for section in table.sections:
-        for method in section.methods:
+        for method in (*section.methods, *section.oracles):
             settings = table.settings[method]
             for column in (*section.columns, *section.task_type_columns):
                 cell = table.cells.get((section.task, method, column))
@@ -404,6 +471,8 @@ def csv_frame(table: Table) -> pd.DataFrame:
                     {
                         "task": section.task,
                         **{key: settings.get(key) for key in setting_keys},
+                        "channel": reward_channel(settings),
+                        "oracle": method in section.oracles,
                         "column": column,
                         "success_mean_pct": round(cell.mean, 4),
                         "success_se_pct": None if cell.se is None else round(cell.se, 4),
@@ -450,10 +519,12 @@ def sort_key(text: str) -> str:
         return "-1" if text == "–" else text
 
 
-def html_table(table: Table, section: Section, columns: Sequence[str]) -> str:
+def html_table(
+    table: Table, section: Section, columns: Sequence[str], methods: Sequence[str]
+) -> str:
     head = "".join(f"<th>{html.escape(h)}</th>" for h in header_cells(section, columns))
     body = []
-    for method in section.methods:
+    for method in methods:
         cells = "".join(
             f'<td data-sort="{html.escape(sort_key(text))}">{html.escape(text)}</td>'
             for text in row_cells(table, section, method, columns)
@@ -479,18 +550,25 @@ def render_html(table: Table, plot_files: Mapping[str, str]) -> str:
         "configuration: runs share a row only when they differ in nothing but the seed; a "
         "setting shown as – is at its default (<code>python -m benchmarks.run --help</code>) "
         "or does not apply. Cells: evaluation success % as mean ± standard error over the "
-        "row's seeds (n = seeds). Click a column header to sort.</p>",
+        "row's seeds (n = seeds). One table per task and reward channel "
+        "(<code>--reward-channel</code>); oracles are listed apart and never ranked. Click a "
+        "column header to sort.</p>",
     ]
     for section in table.sections:
-        sections.append(f"<h2>{html.escape(section.task)}</h2>")
+        sections.append(f"<h2>{html.escape(section_title(section))}</h2>")
         if shared_text(section):
             sections.append(f"<p>{html.escape(shared_text(section))}</p>")
-        sections.append(html_table(table, section, section.columns))
-        if section.task_type_columns:
-            sections += [
-                "<h3>Per task type</h3>",
-                html_table(table, section, section.task_type_columns),
-            ]
+        for methods, note in ((section.methods, None), (section.oracles, ORACLE_NOTE)):
+            if not methods:
+                continue
+            if note:
+                sections.append(f"<p>{html.escape(note)}</p>")
+            sections.append(html_table(table, section, section.columns, methods))
+            if section.task_type_columns:
+                sections += [
+                    "<h3>Per task type</h3>",
+                    html_table(table, section, section.task_type_columns, methods),
+                ]
         lines = comparisons(table, section)
         if lines:
             items = "".join(f"<li>{html.escape(line[2:])}</li>" for line in lines)
@@ -561,7 +639,11 @@ def main(argv: list[str] | None = None) -> int:
     out = config.runs.parent if config.out is None else config.out
     table = write_leaderboard(config.runs, out)
     for section in table.sections:
-        print(f"\n{section.task}\n{markdown_table(table, section, section.columns)}")
+        shown = markdown_table(table, section, section.columns, section.methods)
+        print(f"\n{section_title(section)}\n{shown}")
+        if section.oracles:
+            oracles = markdown_table(table, section, section.columns, section.oracles)
+            print(f"{ORACLE_NOTE}\n{oracles}")
     print(f"\nbuilt from the {source_text(table)}; wrote {out / 'leaderboard.md'}, .csv, .html")
     return 0
 

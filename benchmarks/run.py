@@ -45,7 +45,7 @@ from agents.episode import play_episode
 from agents.llm import LLMAgent
 from agents.models import MODELS, LoadedModel, ModelUnavailableError, load_model
 from agents.rollout import EnvWorkers, collect
-from agents.trajectory import REWARD_CHANNELS, RewardChannel, Trajectory
+from agents.trajectory import DEFAULT_REWARD_CHANNEL, REWARD_CHANNELS, RewardChannel, Trajectory
 from benchmarks import lock, records
 from benchmarks.cli import UsageError, exit_on_usage_error, lookup, suggest
 from credit.base import (
@@ -157,7 +157,7 @@ class RunConfig:
     temperature=1 clip=0.5,2 gamma=1` (hcapo) or `eligible_tokens=action` (hp_rlvr); each
     module lists its own (`options` in credit/hcapo.py, credit/hp_rlvr.py;
     docs/hindsight_ablation.md). Named options enter the run's identity."""
-    reward_channel: RewardChannel = "return"
+    reward_channel: RewardChannel = DEFAULT_REWARD_CHANNEL
     """The signal credit and training see (agents/trajectory.py, docs/credit.md): `return`,
     the env's reward at every step (KeyDoor: apples and door); `outcome`, 0 at every step
     and the env's verifiable verdict (1 / 0) at the last. Modules that need a verdict read

@@ -11,13 +11,14 @@ import torch
 
 from agents.models import build_tiny
 from agents.trajectory import REWARD_CHANNELS, RewardChannel, Trajectory, outcome_channel
-from benchmarks import records
+from benchmarks import leaderboard, records
 from benchmarks.run import RunConfig, run, run_name
 from credit.base import verdict
 from credit.grpo import GRPO
 from credit.hcapo import HCAPO
 from credit.hindsight import HCAPO_WORDING, hindsight_block
 from tests.credit_cases import scripted_trajectory, tokenised
+from tests.test_leaderboard import made_up_run
 
 
 def keydoor_like(rewards, success, group_id="g") -> Trajectory:
@@ -123,3 +124,38 @@ def test_a_keydoor_run_on_the_outcome_channel_trains_on_the_verdict(tmp_path):
         for k, m in [("outcome", on_outcome), ("return", on_return)]
     }
     assert uniform["outcome"] > uniform["return"], uniform
+
+
+def test_the_leaderboard_has_a_table_per_channel_and_lists_oracles_apart(tmp_path):
+    trained = {"env": "keydoor", "model": "tiny", "steps": 2}
+    made_up_run(tmp_path, [True, False], credit="grpo", **trained)
+    made_up_run(tmp_path, [True, True], credit="rule_based", **trained)  # an oracle
+    made_up_run(tmp_path, [False, False], credit="grpo", reward_channel="outcome", **trained)
+    made_up_run(tmp_path, [True, False], credit="hcapo", reward_channel="outcome", **trained)
+    made_up_run(tmp_path, [True, True], env="keydoor", model="expert", credit="none")
+    table = leaderboard.build_table(records.load_runs(tmp_path), tmp_path)
+    by_channel = {section.channel: section for section in table.sections}
+    assert sorted(by_channel) == ["outcome", "return"]
+    credits = {
+        channel: (
+            sorted(table.settings[m]["credit"] for m in section.methods),
+            [table.settings[m]["credit"] for m in section.oracles],
+        )
+        for channel, section in by_channel.items()
+    }
+    # The expert (trained on nothing) sits in both; rule_based reads labels: apart.
+    assert credits == {
+        "return": (["grpo", "none"], ["rule_based"]),
+        "outcome": (["grpo", "hcapo", "none"], []),
+    }
+    # The oracle's 100 % is never the best of its table.
+    for line in leaderboard.comparisons(table, by_channel["return"]):
+        assert "rule_based" not in line
+    markdown = leaderboard.render_markdown(table, {})
+    assert "trained on the outcome channel" in markdown and leaderboard.ORACLE_NOTE in markdown
+    assert "| tiny | policy_gradient | hcapo | 8 | 2 | outcome |" in markdown
+    assert "| expert | eval-only | none | – | – | – |" in markdown
+    rows = leaderboard.csv_frame(table)
+    oracle_rows = rows[rows["oracle"]]
+    assert set(oracle_rows["credit"]) == {"rule_based"}
+    assert set(oracle_rows["channel"]) == {"return"}
