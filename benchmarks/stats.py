@@ -1,15 +1,13 @@
 """Interval estimates for few-seed results, after Agarwal et al. 2021 ("Deep Reinforcement
 Learning at the Edge of the Statistical Precipice", arXiv 2108.13264).
 
-Scores are matrices of shape (runs, tasks): one row per seed, one column per task. An
-aggregate (mean, interquartile mean) is reported with a stratified bootstrap 95 %
-percentile interval: seeds are resampled with replacement within each task, so every task
-keeps its weight. The probability of improvement P(X > Y) is, per task, the probability
-that a random run of X scores above a random run of Y (ties count one half: the
-Mann-Whitney U statistic over all m x n pairs, divided by m n), averaged over tasks; its
-interval comes from resampling the runs of X and of Y independently within each task.
-
-These are the estimators of the paper's `rliable` package (`aggregate_iqm`,
+Scores are matrices of shape (runs, tasks): one row per seed, one column per task; every
+bootstrap here is stratified (runs resampled with replacement within each task, so every
+task keeps its weight). The interquartile mean (`iqm`) and the probability of improvement
+P(X > Y) (per task the probability that a random run of X scores above a random run of Y,
+ties one half: the Mann-Whitney U statistic over all m x n pairs divided by m n, averaged
+over tasks; its percentile interval from resampling the runs of X and of Y independently
+within each task) are the estimators of the paper's `rliable` package (`aggregate_iqm`,
 `probability_of_improvement`, `get_interval_estimates`), written out here because that
 package cannot be installed next to this project's pins: rliable 1.2.0 requires
 arch < 8, arch 7.2 fails on import under pandas 3.1, and arch 8 no longer accepts the
@@ -18,12 +16,13 @@ arch < 8, arch 7.2 fails on import under pandas 3.1, and arch 8 no longer accept
 At 5-10 seeds the percentile bootstrap is anti-conservative: it resamples only the values
 seen, so its interval is too narrow, worst for the bimodal outcomes few-seed RL gives (GRPO
 on KeyDoor delay 16, seeds .38 .14 .84 .12 .23: percentile [15.6, 60.6] %, Student-t
-[-2.6, 71.0] %). For the cells of a report this module therefore also gives
+[-2.6, 71.0] %). For the cells of a report this module therefore gives
 
 - `mean_estimate`: the mean with a BCa bootstrap interval (Efron 1987, through
   `scipy.stats.bootstrap(method="BCa")`) and a Student-t interval beside it; the headline
-  interval is the hull of the two, so it covers whenever either does (`iqm_interval`: BCa
-  alone, a trimmed mean has no t-interval of this simple form);
+  interval is the hull of the two, so it covers whenever either does (the IQM:
+  `bca_interval` of `iqm_of_tasks` alone, a trimmed mean has no t-interval of this simple
+  form);
 - `holm`: Holm's (1979) step-down adjustment of a family of p-values;
 - `difference_test`: a stratified permutation test of P(X > Y) = 1/2 (the p-value a
   "better" verdict needs), and `mean_difference` / `tost`: the Welch interval of the mean
@@ -32,9 +31,9 @@ on KeyDoor delay 16, seeds .38 .14 .84 .12 .23: percentile [15.6, 60.6] %, Stude
 - `jonckheere_terpstra`: a permutation test of a monotone trend of scores over ordered
   levels (a delay, a length), the only ground for "falls with the delay".
 
-Agarwal et al. 2021 (section 5) ask for exactly these habits: interval estimates, not
-point estimates or unqualified significance; their stratified bootstrap stays as the
-interval of P(X > Y), which describes a pair while the tests decide it.
+Agarwal et al. 2021 ask for these habits: interval estimates, not point estimates or bare
+significance; their stratified percentile bootstrap stays as the interval of P(X > Y),
+which describes a pair while the tests decide it.
 """
 
 from __future__ import annotations
@@ -106,21 +105,6 @@ def _interval(
     tail = 100 * (1 - CONFIDENCE) / 2
     low, high = np.percentile(draws, [tail, 100 - tail])
     return Interval(statistic(*samples), float(low), float(high))
-
-
-def mean_and_iqm(
-    scores: Mapping[str, np.ndarray], seed: int = 0, reps: int = BOOTSTRAP_REPS
-) -> dict[str, tuple[Interval, Interval]]:
-    """Per method: (mean, IQM) of its (runs, tasks) score matrix with stratified
-    bootstrap intervals."""
-    _check(scores)
-    return {
-        name: (
-            _interval(lambda s: float(np.mean(s)), (matrix,), seed, reps),
-            _interval(iqm, (matrix,), seed, reps),
-        )
-        for name, matrix in scores.items()
-    }
 
 
 def probability_of_improvement(

@@ -193,7 +193,7 @@ def test_the_headline_interval_covers_a_bimodal_mean_more_often_than_the_percent
     learned = rng.random((2000, 5)) < 0.3
     samples = np.where(learned, rng.beta(8, 2, (2000, 5)), rng.beta(2, 10, (2000, 5)))
     truth = 0.3 * 0.8 + 0.7 * 2 / 12
-    # The percentile bootstrap as stats.mean_and_iqm computes it, vectorised.
+    # The percentile bootstrap the study's report used before, vectorised.
     draws = samples[np.arange(2000)[:, None, None], rng.integers(0, 5, (2000, 1000, 5))]
     low, high = np.percentile(draws.mean(axis=2), [2.5, 97.5], axis=1)
     percentile = np.mean((low <= truth) & (truth <= high))

@@ -114,13 +114,14 @@ def test_a_run_that_never_reaches_a_threshold_is_slower_than_any_that_does(tmp_p
 def test_intervals_cover_the_estimate_and_shrink_with_agreeing_seeds():
     rng = np.random.default_rng(0)
     noisy = rng.uniform(0, 1, size=(5, 3))
-    mean, iqm = stats.mean_and_iqm({"m": noisy}, reps=500)["m"]
-    assert mean.value == pytest.approx(noisy.mean())
+    mean = stats.mean_estimate(noisy, reps=500).headline
+    iqm = stats.bca_interval(stats.iqm_of_tasks, noisy, reps=500)
+    assert mean.value == pytest.approx(noisy.mean()) and iqm.value == stats.iqm(noisy)
     assert mean.low <= mean.value <= mean.high and iqm.low <= iqm.value <= iqm.high
-    (same,) = stats.mean_and_iqm({"m": np.full((5, 3), 0.4)}, reps=500).values()
-    assert same[0] == (pytest.approx(0.4), pytest.approx(0.4), pytest.approx(0.4))
+    same = stats.mean_estimate(np.full((5, 3), 0.4), reps=500)
+    assert same.headline == (pytest.approx(0.4), pytest.approx(0.4), pytest.approx(0.4))
     with pytest.raises(ValueError, match="NaN"):
-        stats.mean_and_iqm({"m": np.array([[np.nan]])})
+        stats.mean_estimate(np.array([[np.nan]]))
 
 
 def test_probability_of_improvement_is_the_pairwise_win_rate():
