@@ -7,9 +7,14 @@ from collections.abc import Sequence
 from agents.models import LoadedModel
 from agents.prompts import messages_for_step
 from agents.trajectory import Step, Trajectory
+from credit import REGISTRY
 from credit.views import render_prompt_ids
 
 ENV_ID = "creditgym/SysDiag-v0"
+# Registered modules these SysDiag cases can exercise: those reading a finite-MDP env's
+# exact state (`mdp_state`: `oracle`, `hca`) need that env in their context and its
+# trajectories; tests/test_credit_oracle.py checks the same contract for them on KeyDoor.
+CASE_MODULES = sorted(name for name, cls in REGISTRY.items() if "mdp_state" not in cls.reads)
 
 
 def scripted_trajectory(
