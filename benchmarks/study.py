@@ -45,10 +45,13 @@ import numpy as np
 import pandas as pd
 import tyro
 
+import credit
+from agents.trajectory import DEFAULT_REWARD_CHANNEL
 from benchmarks import records, stats
 from benchmarks.cli import UsageError, exit_on_usage_error
 from benchmarks.plots import method_colours
 from credit import REGISTRY
+from credit.base import is_oracle
 
 THRESHOLDS = (0.5, 0.8)
 # Fewer seeds than this per method and task give a bootstrap too coarse for a verdict
@@ -68,6 +71,8 @@ BASELINE = "grpo"
 # The range of the report's scores (success rates and normalised curve areas): intervals
 # of their means are clipped to it.
 SCORE_RANGE = (0.0, 1.0)
+# The row above a task's oracles (credit.base.is_oracle): listed apart, never compared.
+ORACLE_HEADING = "*oracles (read ground truth; never ranked):*"
 # The option that sets each instrument's horizon, and how the report names it.
 HORIZON_OPTIONS = {"KeyDoor-v0": "delay", "Umbrella-v0": "length"}
 
@@ -94,9 +99,17 @@ def option(config: Mapping[str, Any], key: str) -> Any:
 
 
 def method_name(config: Mapping[str, Any]) -> str:
-    """The study's row name: credit module, its convention when not creditgym's, the
-    credit options it names, and the trainer when not policy gradient (`gigpo
-    (verl-agent)`, `hcapo [do_no_harm=false]`, `sft+grpo`)."""
+    """The study's row name: `method_form`, and the reward channel it trained on when not
+    the default (`grpo on outcome`)."""
+    channel = config.get("reward_channel", DEFAULT_REWARD_CHANNEL)
+    name = method_form(config)
+    return name if channel == DEFAULT_REWARD_CHANNEL else f"{name} on {channel}"
+
+
+def method_form(config: Mapping[str, Any]) -> str:
+    """Credit module, its convention when not creditgym's, the credit options it names,
+    and the trainer when not policy gradient (`gigpo (verl-agent)`, `hcapo
+    [do_no_harm=false]`, `sft+grpo`)."""
     name = config["credit"]
     if config.get("credit_convention", "creditgym") != "creditgym":
         name += f" ({config['credit_convention']})"
@@ -139,6 +152,10 @@ def run_row(run: records.RunData) -> dict[str, Any]:
         "env": env,
         "horizon": option(config, HORIZON_OPTIONS[env]) if env in HORIZON_OPTIONS else None,
         "method": method_name(config),
+        "form": method_form(config),
+        # Rows are compared only on one channel, and oracles (credit.base.is_oracle) never.
+        "channel": config.get("reward_channel", DEFAULT_REWARD_CHANNEL),
+        "oracle": is_oracle(credit.resolve(config["credit"])),
         "seed": run.seed,
         "group_size": group,
         "final_success": float(np.mean([e.success for e in test])),
@@ -246,16 +263,21 @@ def confirmatory(x: str, y: str) -> bool:
 
 
 def improvement_pairs(frame: pd.DataFrame, column: str, reps: int) -> pd.DataFrame:
-    """P(X > Y) of `column` for every ordered pair of methods, per env (its tasks as
-    strata), over the tasks where both have the same number of seeds, with the tests that
-    decide a verdict (`verdicts`): the mean difference X - Y and its Welch interval, the
-    permutation p-value of P(X > Y) = 1/2 and the TOST p-value at `EQUIVALENCE_MARGIN`."""
+    """P(X > Y) of `column` for every ordered pair of methods trained on one reward channel
+    (oracles left out), per env (its tasks as strata), over the tasks where both have the
+    same number of seeds, with the tests that decide a verdict (`verdicts`): the mean
+    difference X - Y and its Welch interval, the permutation p-value of P(X > Y) = 1/2 and
+    the TOST p-value at `EQUIVALENCE_MARGIN`."""
     lines = []
     for env, by_env in frame.groupby("env", sort=False):
         tasks = list(dict.fromkeys(by_env.task))
-        methods = sorted(set(by_env.method))
+        methods = sorted(set(by_env.method[~by_env.oracle]))
+        channel = dict(zip(by_env.method, by_env.channel, strict=True))
+        form = dict(zip(by_env.method, by_env.form, strict=True))
         for i, x in enumerate(methods):
             for y in methods[i + 1 :]:
+                if channel[x] != channel[y]:
+                    continue
                 shared = [
                     t
                     for t in tasks
@@ -282,7 +304,7 @@ def improvement_pairs(frame: pd.DataFrame, column: str, reps: int) -> pd.DataFra
                         "p_equivalence": stats.tost(mx, my, EQUIVALENCE_MARGIN)
                         if testable
                         else math.nan,
-                        "confirmatory": confirmatory(x, y),
+                        "confirmatory": confirmatory(form[x], form[y]),
                     }
                 )
     return verdicts(pd.DataFrame(lines))
@@ -520,7 +542,9 @@ def markdown(
         "BCa bootstrap interval (Efron 1987) and a Student-t interval, clipped to [0, 100] "
         "(each printed in the BCa / t column: at 5 seeds the percentile bootstrap is too "
         "narrow); of the IQM: BCa (Agarwal et al. 2021, arXiv 2108.13264; "
-        "`benchmarks/stats.py`).",
+        "`benchmarks/stats.py`). Rows train on the env's return unless named `on outcome` "
+        "(`--reward-channel`); pairs are compared on one channel only, and oracles (credit "
+        "that reads ground truth) are listed apart and never compared.",
         "",
     ]
     for task, rows in summary.groupby("task", sort=False):
@@ -538,17 +562,23 @@ def markdown(
             "median train s to 80 % |",
             "|---|---|---|---|---|---|---|---|---|---|---|",
         ]
-        for row in rows.itertuples(index=False):
-            both = " / ".join(
-                f"[{100 * i.low:.1f}, {100 * i.high:.1f}]"
-                for i in (row.final_success_bca, row.final_success_t)
-            )
-            lines.append(
-                f"| {row.method} | {row.seeds} | {row.final_success_mean.text(100)} | {both} | "
-                f"{row.final_success_iqm.text(100)} | {row.auc_mean.text(100)} | "
-                f"{row.reached_50} | {_value(row.median_rollouts_to_50)} | {row.reached_80} | "
-                f"{_value(row.median_rollouts_to_80)} | {_value(row.median_seconds_to_80)} |"
-            )
+        # Oracles read ground truth: listed after the rest, under their own heading row.
+        oracle = rows.method.isin(set(frame.method[frame.oracle]))
+        for heading, group in ((None, rows[~oracle]), (ORACLE_HEADING, rows[oracle])):
+            if heading is not None and not group.empty:
+                lines.append(f"| {heading} |" + " |" * 10)
+            for row in group.itertuples(index=False):
+                both = " / ".join(
+                    f"[{100 * i.low:.1f}, {100 * i.high:.1f}]"
+                    for i in (row.final_success_bca, row.final_success_t)
+                )
+                lines.append(
+                    f"| {row.method} | {row.seeds} | {row.final_success_mean.text(100)} | "
+                    f"{both} | {row.final_success_iqm.text(100)} | {row.auc_mean.text(100)} | "
+                    f"{row.reached_50} | {_value(row.median_rollouts_to_50)} | "
+                    f"{row.reached_80} | {_value(row.median_rollouts_to_80)} | "
+                    f"{_value(row.median_seconds_to_80)} |"
+                )
         lines.append("")
     if not pairs.empty:
         family = int(pairs.confirmatory.sum())
