@@ -23,6 +23,7 @@ import envs
 from agents.llm import LLMAgent
 from agents.models import LoadedModel, build_small
 from agents.rollout import collect
+from benchmarks import records
 from benchmarks.run import main
 from credit import REGISTRY, CreditContext, NonFiniteError, build
 from credit.ground_truth import TaskMDPs, evaluate_policy, llm_policy_table
@@ -157,7 +158,22 @@ def test_the_oracle_on_sysdiag_is_one_line_and_exit_2(capsys, tmp_path):
     assert not list(tmp_path.iterdir())  # the run folder left nothing behind
 
 
+def test_the_oracle_trains_through_the_command_line_and_scores_the_samples(tmp_path):
+    argv = ["--env", "keydoor", "--env-options", "delay=1", "--credit", "oracle"]
+    argv += ["--model", "small", "--steps", "1", "--tasks-per-step", "1", "--group-size", "2"]
+    assert (
+        main([*argv, "--eval-episodes", "2", "--max-new-tokens", "8", "--out", str(tmp_path)]) == 0
+    )
+    (run_dir,) = tmp_path.iterdir()
+    (metrics,) = records.read_metrics(run_dir)
+    assert 0.0 < metrics["credit/exact_return"] <= 3.0  # at most the key, one apple, the door
+    samples = list(records.iter_jsonl(run_dir / records.SAMPLES_FILE))
+    assert samples and {"oracle", "hca", "grpo"} <= set(samples[0]["credit"])
+
+
 # --- learning KeyDoor at delay 4 with perfect credit -------------------------------
+# Measured by this test on the 2-core machine: untrained 15/64, trained 56/64 after 10
+# iterations (exact expected return 2.02 -> 4.78), 58 s.
 LEARN_KWARGS = {"delay": 4}
 LEARN_ITERATIONS = 10
 EVAL_SEEDS = list(range(900_000, 900_064))
