@@ -6,12 +6,13 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
 from agents.models import build_tiny
 from agents.trajectory import REWARD_CHANNELS, RewardChannel, Trajectory, outcome_channel
-from benchmarks import leaderboard, records
+from benchmarks import leaderboard, records, study
 from benchmarks.run import RunConfig, run, run_name
 from credit.base import verdict
 from credit.grpo import GRPO
@@ -159,3 +160,28 @@ def test_the_leaderboard_has_a_table_per_channel_and_lists_oracles_apart(tmp_pat
     oracle_rows = rows[rows["oracle"]]
     assert set(oracle_rows["credit"]) == {"rule_based"}
     assert set(oracle_rows["channel"]) == {"return"}
+
+
+def test_the_study_compares_rows_on_one_channel_and_never_an_oracle():
+    successes = {
+        ("grpo", "grpo", "return", False): [0.2, 0.4, 0.3],
+        ("hcapo", "hcapo", "return", False): [0.9, 1.0, 0.8],
+        ("grpo on outcome", "grpo", "outcome", False): [0.5, 0.6, 0.7],
+        ("hcapo on outcome", "hcapo", "outcome", False): [0.6, 0.5, 0.7],
+        ("rule_based", "rule_based", "return", True): [1.0, 1.0, 1.0],
+    }
+    task = {"env": "KeyDoor-v0", "task": "KeyDoor-v0[delay=4]"}
+    fields = ("method", "form", "channel", "oracle")
+    frame = pd.DataFrame(
+        [
+            {**task, **dict(zip(fields, row, strict=True)), "seed": seed, "final_success": value}
+            for row, values in successes.items()
+            for seed, value in enumerate(values)
+        ]
+    )
+    pairs = study.improvement_pairs(frame, "final_success", reps=200)
+    assert sorted(zip(pairs.x, pairs.y, strict=True)) == [
+        ("grpo", "hcapo"),
+        ("grpo on outcome", "hcapo on outcome"),
+    ]
+    assert pairs.confirmatory.all()  # each module against grpo on its own channel
