@@ -68,6 +68,9 @@ EQUIVALENCE_MARGIN = 0.10
 # The confirmatory family: every credit module in its default form (a registered name:
 # no options, convention or trainer in the row name) against this baseline, per env.
 BASELINE = "grpo"
+# Fewest bootstrap resamples: a 95 % interval's ends are 2.5 % tail quantiles, which need a
+# few resamples beyond them to be estimated at all.
+MIN_REPS = 100
 # The range of the report's scores (success rates and normalised curve areas): intervals
 # of their means are clipped to it.
 SCORE_RANGE = (0.0, 1.0)
@@ -86,7 +89,7 @@ class StudyArgs:
     out: Path = Path("results/study")
     """Folder that receives runs.csv, study.md and the figures."""
     reps: int = stats.BOOTSTRAP_REPS
-    """Bootstrap resamples per interval."""
+    """Bootstrap resamples per interval (at least 100)."""
 
 
 def option(config: Mapping[str, Any], key: str) -> Any:
@@ -675,6 +678,8 @@ def build(args: StudyArgs) -> pd.DataFrame:
 @exit_on_usage_error
 def main(argv: list[str] | None = None) -> int:
     args = tyro.cli(StudyArgs, args=argv)
+    if args.reps < MIN_REPS:
+        raise UsageError(f"--reps must be at least {MIN_REPS}, got {args.reps}")
     if not args.runs.is_dir():
         raise UsageError(f"no run folder {args.runs}: run the study's sweep first")
     frame = build(args)

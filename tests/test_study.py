@@ -162,6 +162,7 @@ def test_the_report_writes_its_tables_and_figures(tmp_path):
     ):
         assert (out / figure).stat().st_size > 10_000, figure
     assert study.main(["--runs", str(tmp_path / "missing")]) == 2
+    assert study.main(["--runs", str(runs), "--out", str(out), "--reps", "0"]) == 2
 
 
 def test_iqm_is_the_mean_of_the_middle_half():
