@@ -27,6 +27,10 @@ executor's. A task whose worker dies (killed, out of memory, node lost) is retri
 `--retries` times into the same folder, where the run resumes from its last checkpoint
 and last written episode; a run that raises is reported with its error and the others
 go on. On a cluster every node must see `--out` (shared storage), so it must be absolute.
+
+Each run holds its folder's lock while it runs (`benchmarks/lock.py`), so two sweeps over
+one grid never write the same run: a run another process holds is reported in one line,
+skipped, and counted as not done (exit status 1; rerun the sweep once the other ended).
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ import tyro
 from agents.rollout import close_workers
 from benchmarks import leaderboard
 from benchmarks.cli import UsageError, exit_on_usage_error, lookup, suggest
+from benchmarks.lock import LockHeldError
 from benchmarks.run import PRESETS, RunConfig, is_finished, run, run_name, validate
 
 RUN_FIELDS = {f.name: f for f in dataclasses.fields(RunConfig)}
@@ -159,6 +164,9 @@ def run_local(configs: Sequence[RunConfig], sweep: SweepConfig) -> list[str]:
         print(f"[{number}/{len(configs)}] {run_name(config)}: running", flush=True)
         try:
             run(config)
+        except LockHeldError as error:  # another sweep or terminal is running it: go on
+            print(f"[{number}/{len(configs)}] {run_name(config)}: skipped, {error}", flush=True)
+            failures.append(f"{run_name(config)}: {error}")
         except Exception as error:  # one broken run must not stop a long sweep
             traceback.print_exc()
             failures.append(f"{run_name(config)}: {error}")
