@@ -8,7 +8,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -39,16 +38,16 @@ def test_a_second_holder_is_refused_naming_the_first_and_the_lock_is_freed_on_re
         assert lock_file.exists()
 
 
-@pytest.mark.slow  # one fresh interpreter
 def test_the_lock_of_a_killed_holder_is_released_by_the_kernel(tmp_path):
     lock_file = tmp_path / ".out.lock"
+    script = (
+        "import sys, time; from pathlib import Path; from benchmarks import lock\n"
+        "with lock.hold(Path(sys.argv[1]), 'out'):\n"
+        "    print('held', flush=True); time.sleep(600)"
+    )
     holder = subprocess.Popen(
-        [sys.executable, "-c",
-         "import sys, time; from pathlib import Path; from benchmarks import lock\n"
-         "with lock.hold(Path(sys.argv[1]), 'out'):\n    print('held', flush=True); time.sleep(600)",
-         str(lock_file)],
-        cwd=REPO, stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [sys.executable, "-c", script, str(lock_file)], cwd=REPO, stdout=subprocess.PIPE, text=True
+    )
     try:
         assert holder.stdout.readline() == "held\n"
         with pytest.raises(lock.LockHeldError) as refused, lock.hold(lock_file, "out"):
@@ -65,8 +64,8 @@ def test_the_lock_of_a_killed_holder_is_released_by_the_kernel(tmp_path):
 @pytest.mark.slow  # two fresh interpreters playing 200 episodes
 def test_two_identical_runs_started_together_one_refuses_and_no_episode_is_doubled(tmp_path):
     episodes = 200
-    argv = [sys.executable, "-m", "benchmarks.run", "--env", "keydoor", "--model", "random",
-            "--credit", "none", "--eval-episodes", str(episodes), "--out", str(tmp_path)]  # fmt: skip
+    argv = [sys.executable, "-m", "benchmarks.run", "--env", "keydoor", "--model", "random"]
+    argv += ["--credit", "none", "--eval-episodes", str(episodes), "--out", str(tmp_path)]
     processes = [
         subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         for _ in range(2)
