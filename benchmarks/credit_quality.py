@@ -28,7 +28,10 @@ from credit.scoring import ScoreMemo, prefetch_modules
 
 def module_names(spec: str) -> list[str]:
     """`all` or a comma-separated list -> names, each one resolvable (else UsageError)."""
-    names = sorted(credit.REGISTRY) if spec == "all" else [n for n in spec.split(",") if n]
+    # `all`: every module that can score scripted episodes; those reading the exact MDP
+    # state (oracle, hca) need the policy's own rollouts (benchmarks.credit_truth).
+    scoring = sorted(n for n, cls in credit.REGISTRY.items() if "mdp_state" not in cls.reads)
+    names = scoring if spec == "all" else [n for n in spec.split(",") if n]
     if not names:
         raise UsageError("--credit names no module")
     for name in names:

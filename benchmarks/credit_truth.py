@@ -433,7 +433,16 @@ def score_value(
     # distinct view is scored once (in one batched pass, its prompt prefix shared by the
     # modules' views), and a batch size after the first reads its scores from the memo.
     memo = ScoreMemo()
-    context = CreditContext(policy=policy, history_len=0, generation_cache_bytes=0, score_memo=memo)
+    context = CreditContext(
+        policy=policy,
+        history_len=0,
+        generation_cache_bytes=0,
+        score_memo=memo,
+        # The exact-MDP modules (oracle, hca) read the env and the rollout's sampling.
+        env_id=env_id,
+        env_kwargs=env_kwargs,
+        sampling=None if policy is None else rollout_agent(policy, args, args.seed).config,
+    )
     if policy is not None:
         start = time.perf_counter()
         modules = [build(credit.resolve(name), context) for name in names]

@@ -45,7 +45,7 @@ from agents.llm import LLMAgent, encode_prompt
 from agents.logprobs import sampling_logprobs
 from agents.parsing import parse_action
 from credit.base import CreditContext
-from credit.scoring import DEFAULT_MEMORY_BUDGET_BYTES, score_logprobs
+from credit.scoring import DEFAULT_MEMORY_BUDGET_BYTES, ScoreMemo, score_logprobs
 from credit.views import TeacherForced
 from envs.mdp import FiniteMDP
 
@@ -319,6 +319,7 @@ def llm_policy_table(
     mdp: FiniteMDP,
     states: Sequence[str] | None = None,
     memory_budget_bytes: int = DEFAULT_MEMORY_BUDGET_BYTES,
+    memo: ScoreMemo | None = None,
 ) -> dict[str, dict[str, float]]:
     """The exact probability that `agent`'s rollout takes each admissible command.
 
@@ -335,6 +336,8 @@ def llm_policy_table(
         mdp: the task's finite MDP.
         states: states to cover (default: every reachable state).
         memory_budget_bytes: scoring chunk budget (`credit.scoring`).
+        memo: scores kept for these weights (`credit.scoring.ScoreMemo`): views scored
+            before are read from it; None scores afresh (weights that change).
     Returns:
         state -> command -> pi(command | state).
     Raises:
@@ -365,7 +368,7 @@ def llm_policy_table(
     # Plain padded forwards: loading each state's prompt from a prefilled prompt cache
     # (`agents.generation_cache`) was measured 1.6x slower on a 2-core CPU for KeyDoor's
     # ~2 commands per state than running each view whole.
-    scores = score_logprobs(agent.loaded, views, memory_budget_bytes)
+    scores = score_logprobs(agent.loaded, views, memory_budget_bytes, memo=memo)
     table: dict[str, dict[str, float]] = {}
     for (key, members), (start, sequences) in zip(distinct.items(), spans, strict=True):
         commands = key[1]
@@ -432,9 +435,13 @@ class TaskMDPs:
 
 
 def llm_table_source(
-    agent: LLMAgent, env_id: str, memory_budget_bytes: int = DEFAULT_MEMORY_BUDGET_BYTES
+    agent: LLMAgent,
+    env_id: str,
+    memory_budget_bytes: int = DEFAULT_MEMORY_BUDGET_BYTES,
+    memo: ScoreMemo | None = None,
 ) -> TableSource:
-    """`llm_policy_table` of `agent` on whatever MDP it is handed, with the weights of then.
+    """`llm_policy_table` of `agent` on whatever MDP it is handed, with the weights of then
+    (with `memo`, weights that never change: each view is scored once across calls).
 
     Raises:
         ValueError: the agent's distribution is not a function of the state
@@ -443,7 +450,9 @@ def llm_table_source(
     check_exact_agent(agent)
 
     def table(mdp: FiniteMDP) -> PolicyTable:
-        return llm_policy_table(agent, env_id, mdp, memory_budget_bytes=memory_budget_bytes)
+        return llm_policy_table(
+            agent, env_id, mdp, memory_budget_bytes=memory_budget_bytes, memo=memo
+        )
 
     return table
 
@@ -452,7 +461,8 @@ def exact_sources(context: CreditContext, module: str) -> tuple[TaskMDPs, TableS
     """Each task's MDP and the policy's exact table, from what a run offers a module.
 
     The table is of `context.policy` sampled as `context.sampling` says (an `LLMAgent`
-    holding the policy, so every call sees the weights of that moment).
+    holding the policy, so every call sees the weights of that moment; through
+    `context.score_memo` where the weights never change).
 
     Raises:
         ValueError: no env, an env that is not a finite MDP, no policy or sampling
@@ -466,7 +476,9 @@ def exact_sources(context: CreditContext, module: str) -> tuple[TaskMDPs, TableS
     try:
         mdps = TaskMDPs(context.env_id, context.env_kwargs)
         agent = LLMAgent(context.policy, **vars(context.sampling))
-        table = llm_table_source(agent, context.env_id, context.memory_budget_bytes)
+        table = llm_table_source(
+            agent, context.env_id, context.memory_budget_bytes, context.score_memo
+        )
     except ValueError as error:
         raise ValueError(f"credit module {module}: {error}") from None
     return mdps, table

@@ -12,6 +12,7 @@ reads are checked with every module's in tests/test_credit_reads.py.
 from __future__ import annotations
 
 import copy
+import csv
 import dataclasses
 import math
 
@@ -24,6 +25,7 @@ from agents.llm import LLMAgent
 from agents.models import LoadedModel, build_small
 from agents.rollout import collect
 from benchmarks import records
+from benchmarks.credit_truth import main as credit_truth_main
 from benchmarks.run import main
 from credit import REGISTRY, CreditContext, NonFiniteError, build
 from credit.ground_truth import TaskMDPs, evaluate_policy, llm_policy_table
@@ -169,6 +171,20 @@ def test_the_oracle_trains_through_the_command_line_and_scores_the_samples(tmp_p
     assert 0.0 < metrics["credit/exact_return"] <= 3.0  # at most the key, one apple, the door
     samples = list(records.iter_jsonl(run_dir / records.SAMPLES_FILE))
     assert samples and {"oracle", "hca", "grpo"} <= set(samples[0]["credit"])
+
+
+def test_credit_truth_scores_the_oracle_as_the_truth_itself(tmp_path):
+    """Against `benchmarks.credit_truth`'s own ground truth (a policy table computed there,
+    independently), the oracle's credit is the exact A: Pearson 1, every key-step sign."""
+    argv = ["--env", "keydoor", "--model", "tiny", "--credit", "oracle,hca", "--sweep", "1"]
+    argv += ["--pool", "8", "--group-size", "4", "--batch-sizes", "4", "8", "--tasks", "1"]
+    argv += ["--max-new-tokens", "64", "--out", str(tmp_path), "--name", "exact"]
+    assert credit_truth_main(argv) == 0
+    with open(tmp_path / "exact.csv", encoding="utf-8") as handle:
+        rows = {row["module"]: row for row in csv.DictReader(handle)}
+    assert float(rows["oracle"]["pearson"]) == pytest.approx(1.0, abs=1e-6)
+    assert float(rows["oracle"]["key_sign"]) == 1.0
+    assert math.isfinite(float(rows["hca"]["pearson"]))
 
 
 # --- learning KeyDoor at delay 4 with perfect credit -------------------------------
