@@ -474,6 +474,8 @@ def run_name(cfg: RunConfig) -> str:
         if trains(cfg)
         else EVAL_ONLY
     )
+    if trains(cfg) and cfg.reward_channel != DEFAULT_REWARD_CHANNEL:
+        what += f"-{cfg.reward_channel}"  # readable; the default leaves old names as they were
     options = [re.sub(r"[^A-Za-z0-9.]+", "", option) for option in cfg.env_options]
     env = "-".join([short_env_name(identity["env"]), *cfg.faults, *options])
     return _slug(f"{env}_{cfg.model}_{what}_seed{cfg.seed}_{digest[:6]}")
