@@ -3,16 +3,25 @@
 Both helpers write next to the target (same filesystem, so `os.replace` is a rename) and
 remove what they wrote if the write fails. Used for run-folder files (`benchmarks.records`),
 the leaderboard and checkpoints (`trainers.checkpoint`).
+
+Reading back: `jsonl_records` reads the append-only JSON-lines files (run records, the
+trainer's metrics and curve) and tells the incomplete last line a kill can leave (reported,
+not read) from a damaged line (`DamagedFileError`, naming file and line).
 """
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 import shutil
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger(__name__)
 
 # mkstemp creates files readable by their owner only; results are meant to be shared.
 SHARED_FILE_MODE = 0o644
@@ -52,3 +61,72 @@ def atomic_folder(path: str | os.PathLike) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
+
+
+class DamagedFileError(ValueError):
+    """A file creditgym wrote reads back as something it never writes (a corrupt line, an
+    unreadable checkpoint); the message names the file (and line) and what to do."""
+
+
+def jsonl_records(path: str | os.PathLike) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, record) of every complete line of a JSON-lines file, in order.
+
+    Every writer appends a record as one line in one `write`, so the only damage a kill can
+    leave is an incomplete last line (no newline): it is reported (one logged line naming
+    the file and line) and not read; whoever appends next cuts it off (`cut_torn_tail`).
+
+    Raises:
+        DamagedFileError: a complete line is not a JSON object (names file and line).
+    """
+    path = Path(path)
+    if not path.exists():
+        return
+    with open(path, "rb") as handle:  # bytes: invalid UTF-8 is damage, reported as such
+        for line_number, line in enumerate(handle, start=1):
+            if not line.endswith(b"\n"):
+                logger.warning(
+                    "%s:%d: incomplete last line (a write cut short), not read; the next "
+                    "run of the same command drops it",
+                    path,
+                    line_number,
+                )
+                return
+            try:
+                record = json.loads(line)
+            except UnicodeDecodeError as error:
+                raise DamagedFileError(damaged_line(path, line_number, "not UTF-8")) from error
+            except json.JSONDecodeError as error:
+                raise DamagedFileError(damaged_line(path, line_number, error.msg)) from error
+            if not isinstance(record, dict):
+                raise DamagedFileError(damaged_line(path, line_number, "not a JSON object"))
+            yield line_number, record
+
+
+def damaged_line(path: Path, line_number: int, what: str) -> str:
+    """The one-line report of a corrupt line of a results file."""
+    return (
+        f"{path}:{line_number}: damaged record ({what}); this is not the incomplete last "
+        "line a kill leaves: fix or delete that line, or delete the run folder to run it afresh"
+    )
+
+
+def cut_torn_tail(path: str | os.PathLike) -> int:
+    """Cut an incomplete last line (a write killed half-way) off `path`, saying so in one
+    logged line; returns the bytes removed."""
+    path = Path(path)
+    if not path.exists():
+        return 0
+    data = path.read_bytes()
+    keep = data.rfind(b"\n") + 1  # 0 when there is no complete line at all
+    if keep == len(data):
+        return 0
+    with open(path, "r+b") as handle:
+        handle.truncate(keep)
+    logger.warning(
+        "%s:%d: dropped an incomplete last line (%d bytes of a write cut short); its record "
+        "is written again",
+        path,
+        data.count(b"\n") + 1,
+        len(data) - keep,
+    )
+    return len(data) - keep

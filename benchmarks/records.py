@@ -14,10 +14,14 @@ A run folder `<set>/<run-name>/` (sets: `results/runs/`, the committed reference
     checkpoints/     trainer checkpoints (git-ignored)
 
 Append-only files survive a SIGKILL: every record is one line written with a single
-`write` and flushed to disk before the next episode starts, and a reader drops a torn
-last line (no trailing newline) instead of failing. So a killed run, started again with
-the same command, keeps every complete episode and repeats none (BALROG resumes the same
-way: per-episode records, summaries derived from them).
+`write` and flushed to disk before the next episode starts. The one damage a kill can leave
+is an incomplete last line (no trailing newline): a reader reports it in one line and does
+not count it, and the resumed run cuts it off, saying so, before it appends. So a killed
+run, started again with the same command, keeps every complete episode and repeats none
+(BALROG resumes the same way: per-episode records, summaries derived from them). Any
+other damage (a line in the middle that is not a record, a JSON file that does not parse)
+is a `DamagedFileError` naming the file and line: the commands print it in one line and
+exit with status 2, never counting or skipping the record silently.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from agents.atomic import atomic_write_text
+from agents.atomic import DamagedFileError, atomic_write_text, cut_torn_tail, jsonl_records
 
 CONFIG_FILE = "config.json"
 PROVENANCE_FILE = "provenance.json"
@@ -111,41 +115,29 @@ def atomic_write_json(path: Path, value: Any) -> None:
 
 
 def read_json(path: Path) -> Any:
-    with open(path, encoding="utf-8") as handle:
-        return json.load(handle)
+    """A JSON file of a run folder.
 
-
-def repair_jsonl(path: Path) -> int:
-    """Cut a torn last line (a write killed half-way) off `path`; returns bytes removed."""
-    if not path.exists():
-        return 0
-    data = path.read_bytes()
-    keep = data.rfind(b"\n") + 1  # 0 when there is no complete line at all
-    if keep == len(data):
-        return 0
-    with open(path, "r+b") as handle:
-        handle.truncate(keep)
-    return len(data) - keep
+    Raises:
+        DamagedFileError: it does not parse (names the file and line).
+    """
+    try:
+        with open(path, "rb") as handle:
+            return json.load(handle)
+    except UnicodeDecodeError as error:
+        raise DamagedFileError(f"{path}: damaged JSON file (not UTF-8)") from error
+    except json.JSONDecodeError as error:
+        raise DamagedFileError(
+            f"{path}:{error.lineno}: damaged JSON file ({error.msg}); delete the run folder to "
+            "run it afresh"
+        ) from error
 
 
 def iter_jsonl(path: Path) -> Iterator[dict[str, Any]]:
-    """Yield the complete records of a JSON-lines file (a torn last line is skipped).
-
-    Raises:
-        ValueError: a complete line in the middle is not JSON (names file and line).
-    """
-    if not path.exists():
-        return
-    with open(path, encoding="utf-8") as handle:
-        for line_number, line in enumerate(handle, start=1):
-            if not line.endswith("\n"):
-                return  # torn by a kill mid-write; `repair_jsonl` removes it on resume
-            if not line.strip():
-                continue
-            try:
-                yield json.loads(line)
-            except json.JSONDecodeError as error:
-                raise ValueError(f"{path}:{line_number}: not a JSON record ({error})") from error
+    """Yield the complete records of a JSON-lines file (`agents.atomic.jsonl_records`: an
+    incomplete last line is reported and not read, a damaged line raises
+    `DamagedFileError` naming the file and line)."""
+    for _, record in jsonl_records(path):
+        yield record
 
 
 class JsonlAppender:
@@ -153,7 +145,7 @@ class JsonlAppender:
 
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        repair_jsonl(path)
+        cut_torn_tail(path)
         self.path = path
         self._handle = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
 
@@ -174,7 +166,22 @@ class JsonlAppender:
 
 
 def read_episodes(run_dir: Path) -> list[EpisodeRecord]:
-    return [EpisodeRecord.from_dict(r) for r in iter_jsonl(run_dir / EPISODES_FILE)]
+    """The episode records of a run folder, in file order.
+
+    Raises:
+        DamagedFileError: a line is not an episode record (names the file and line).
+    """
+    path = run_dir / EPISODES_FILE
+    episodes = []
+    for line_number, record in jsonl_records(path):
+        try:
+            episodes.append(EpisodeRecord.from_dict(record))
+        except (KeyError, TypeError) as error:  # a field missing (`return`, or another)
+            raise DamagedFileError(
+                f"{path}:{line_number}: not an episode record ({type(error).__name__}: "
+                f"{error}); fix or delete that line, or delete the run folder to run it afresh"
+            ) from error
+    return episodes
 
 
 def eval_trajectory_record(trajectory: Any, index: int, split: str) -> dict[str, Any]:

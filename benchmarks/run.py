@@ -39,7 +39,7 @@ from tqdm import tqdm
 import credit
 import envs
 import trainers.warm_start  # noqa: F401  (registers the `small-warm` model)
-from agents.atomic import atomic_write_text
+from agents.atomic import DamagedFileError, atomic_write_text
 from agents.base import Agent, ExpertAgent, RandomAgent
 from agents.episode import play_episode
 from agents.llm import LLMAgent
@@ -1235,6 +1235,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         run(parse_config(argv))
     except NonFiniteError as error:  # a NaN reward or loss is bad input: one line, exit 2
+        raise UsageError(str(error)) from error
+    except DamagedFileError as error:  # a corrupt record or checkpoint: one line, exit 2
         raise UsageError(str(error)) from error
     except IncompleteRunError as error:
         print(f"error: {error}", file=sys.stderr)

@@ -2,7 +2,10 @@
 
 A checkpoint is one `state.pt` file per saved step, `<run_dir>/checkpoints/step_000012/`,
 written to a temporary folder and renamed into place, so a run killed while saving
-leaves either the previous checkpoint or the new one, never a half-written file.
+leaves either the previous checkpoint or the new one, never a half-written file. A
+checkpoint damaged nonetheless (a disk error, a file truncated by hand) is reported in one
+line naming it, and the run resumes from the newest one that loads (`load_newest_checkpoint`);
+when none loads it stops with one line saying how to start training afresh.
 It holds whatever the trainer puts in it; both trainers store the trainable
 parameters (the LoRA adapter, or the whole model for full fine-tuning), the optimiser,
 the credit module's `state_dict()`, the RNG states and the step.
@@ -17,6 +20,7 @@ and appends the same lines to `train.log` in the run folder, which says when a r
 from __future__ import annotations
 
 import json
+import logging
 import os
 import random
 import shutil
@@ -30,8 +34,10 @@ import torch
 from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
-from agents.atomic import atomic_folder
+from agents.atomic import DamagedFileError, atomic_folder, jsonl_records
 from credit.base import CreditModule
+
+logger = logging.getLogger(__name__)
 
 CHECKPOINT_PREFIX = "step_"
 
@@ -90,17 +96,58 @@ def save_checkpoint(run_dir: str | os.PathLike, step: int, state: Mapping[str, A
     return final
 
 
-def latest_checkpoint(run_dir: str | os.PathLike) -> Path | None:
-    """The folder of the highest-step complete checkpoint, or None."""
+def complete_checkpoints(run_dir: str | os.PathLike) -> list[Path]:
+    """The folders of every complete checkpoint (a `state.pt` inside), newest step first."""
     root = Path(run_dir) / "checkpoints"
     if not root.is_dir():
-        return None
+        return []
     complete = [
         path
         for path in root.glob(f"{CHECKPOINT_PREFIX}*")
         if path.name[len(CHECKPOINT_PREFIX) :].isdigit() and (path / "state.pt").is_file()
     ]
-    return max(complete, key=lambda path: int(path.name[len(CHECKPOINT_PREFIX) :]), default=None)
+    return sorted(complete, key=lambda path: int(path.name[len(CHECKPOINT_PREFIX) :]), reverse=True)
+
+
+def latest_checkpoint(run_dir: str | os.PathLike) -> Path | None:
+    """The folder of the highest-step complete checkpoint, or None."""
+    return next(iter(complete_checkpoints(run_dir)), None)
+
+
+class UnreadableCheckpointError(DamagedFileError):
+    """A run has checkpoints and none of them loads (the message says how to start afresh)."""
+
+
+def load_newest_checkpoint(run_dir: str | os.PathLike) -> tuple[Path, dict[str, Any]] | None:
+    """(folder, state) of the newest checkpoint that loads, or None when there is none.
+
+    A checkpoint that fails to load is reported in one logged line naming its file, and the
+    one before it is tried.
+
+    Raises:
+        UnreadableCheckpointError: checkpoints exist and none loads.
+    """
+    folders = complete_checkpoints(run_dir)
+    for folder in folders:
+        try:
+            return folder, load_checkpoint(folder)
+        # torch.load of a damaged file raises whatever its reader meets first (OSError,
+        # EOFError, RuntimeError, KeyError, pickle errors): any of them means unreadable.
+        except Exception as error:
+            reason = (str(error).splitlines() or [""])[0]
+            logger.warning(
+                "checkpoint %s cannot be loaded (%s: %s); skipped",
+                folder / "state.pt",
+                type(error).__name__,
+                reason,
+            )
+    if not folders:
+        return None
+    root = Path(run_dir) / "checkpoints"
+    raise UnreadableCheckpointError(
+        f"none of the {len(folders)} checkpoints in {root} loads (the lines above name each); "
+        f"to train this run afresh, delete {root} and run the same command again"
+    )
 
 
 def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
@@ -214,11 +261,9 @@ class MetricsLog:
             self.say(f"resumed from the checkpoint of optimiser step {resume_step}")
 
     def read(self) -> list[dict[str, Any]]:
-        """All records written so far (empty when the file does not exist)."""
-        if not self.path.is_file():
-            return []
-        with open(self.path, encoding="utf-8") as handle:
-            return [json.loads(line) for line in handle if line.strip()]
+        """All records written so far (empty when the file does not exist); an incomplete
+        last line is reported and not read, a damaged line raises `DamagedFileError`."""
+        return [record for _, record in jsonl_records(self.path)]
 
     def write(self, step: int, scalars: Mapping[str, float]) -> None:
         """Append the record of optimiser step `step` and flush it to disk."""

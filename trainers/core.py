@@ -37,8 +37,7 @@ from agents.trajectory import TokenBatch, Trajectory, return_channel
 from credit.base import CreditModule, CreditOutput, NonFiniteError, check_finite_advantages
 from trainers.checkpoint import (
     MetricsLog,
-    latest_checkpoint,
-    load_checkpoint,
+    load_newest_checkpoint,
     prune_checkpoints,
     restore_training_state,
     save_checkpoint,
@@ -253,10 +252,11 @@ class TrainerCore(abc.ABC):
         """Continue from the newest checkpoint when the config says `resume` (and there is
         one), then open the metrics log; `total_optimizer_steps` (None: not known ahead)
         numbers the per-step lines."""
-        checkpoint = latest_checkpoint(self.run_dir) if self.config.resume else None
-        if checkpoint is not None:
+        # A damaged newest checkpoint is reported and the one before it used.
+        found = load_newest_checkpoint(self.run_dir) if self.config.resume else None
+        if found is not None:
             counters = restore_training_state(
-                load_checkpoint(checkpoint),
+                found[1],
                 self.policy.model,
                 self.optimizer,
                 self.credit,

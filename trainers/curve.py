@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from agents.atomic import jsonl_records
 from agents.llm import LLMAgent, SamplingConfig
 from agents.models import LoadedModel
 from agents.rollout import EnvWorkers, collect
@@ -76,17 +77,9 @@ class CurveLog:
         self.iterations = {point["iteration"] for point in kept}
 
     def read(self) -> list[dict[str, Any]]:
-        """Points written so far (a torn last line, from a kill mid-write, is dropped)."""
-        if not self.path.is_file():
-            return []
-        points = []
-        with open(self.path, encoding="utf-8") as handle:
-            for line in handle:
-                try:
-                    points.append(json.loads(line))
-                except json.JSONDecodeError:
-                    break
-        return points
+        """Points written so far (an incomplete last line, from a kill mid-write, is reported
+        and dropped; a damaged line raises `agents.atomic.DamagedFileError`)."""
+        return [point for _, point in jsonl_records(self.path)]
 
     def append(self, point: Mapping[str, float]) -> None:
         with open(self.path, "a", encoding="utf-8") as handle:
