@@ -33,6 +33,7 @@ from credit.ground_truth import (
 from envs.mdp import StateView, Transition
 
 KEYDOOR = "creditgym/KeyDoor-v0"
+UMBRELLA = "creditgym/Umbrella-v0"
 
 
 class RiskyChain:
@@ -243,3 +244,24 @@ def test_the_exact_source_is_refused_in_one_line_on_an_env_that_is_no_finite_mdp
     expected = env.unwrapped.finite_mdp()
     state = reachable_states(expected)[0]
     assert mdps("keydoor-5").view(state) == expected.view(state)
+
+
+def test_umbrella_success_hindsight_names_the_first_choice():
+    # The first choice alone decides success, so given success the hindsight at home is
+    # certain: the umbrella exactly when rain is forecast; given failure, the other one.
+    mdp = TaskMDPs(UMBRELLA, {"length": 3, "num_distractors": 1})("umbrella-2")
+    table = random_table(mdp, seed=5)
+    exact = exact_hindsight(mdp, table, "success")
+    homes = [p_s[1] for p_s in mdp.initial_states()]
+    for home in homes:
+        take, leave = mdp.actions(home)
+        right = take if "forecast=rain" in home else leave
+        wrong = leave if right == take else take
+        assert exact.probability(home, 1.0) == pytest.approx(table[home][right])
+        assert exact.hindsight(home, right, 1.0) == pytest.approx(1.0)
+        assert exact.hindsight(home, wrong, 0.0) == pytest.approx(1.0)
+    later = [s for s in exact.states if s not in homes]
+    # After home, nothing the agent does changes the verdict: hindsight is the policy.
+    for state in later:
+        for z in exact.state_outcomes[state]:
+            assert exact.hindsight_row(state, z) == pytest.approx(table[state])

@@ -284,7 +284,7 @@ class UmbrellaMDP:
         true_state = parse_state_id(self.task, state)
         if action not in commands(true_state):
             raise ValueError(f"{action!r} is not admissible in {state!r}")
-        merged: dict[tuple[str | None, float, bool, bool], float] = {}
+        merged: dict[tuple[str | None, float, bool, bool, bool], float] = {}
         for probability, draw in draws(self.task):
             outcome = advance(self.task, true_state, action, draw)
             reached = outcome.next_state
@@ -293,9 +293,7 @@ class UmbrellaMDP:
                 outcome.reward,
                 outcome.terminated,
                 outcome.truncated,
+                outcome.success,
             )
             merged[key] = merged.get(key, 0.0) + probability
-        return tuple(
-            Transition(probability, next_state, reward, terminated, truncated)
-            for (next_state, reward, terminated, truncated), probability in merged.items()
-        )
+        return tuple(Transition(probability, *fields) for fields, probability in merged.items())
