@@ -474,8 +474,6 @@ def run_name(cfg: RunConfig) -> str:
         if trains(cfg)
         else EVAL_ONLY
     )
-    if trains(cfg) and cfg.reward_channel != DEFAULT_REWARD_CHANNEL:
-        what += f"-{cfg.reward_channel}"  # readable; the default leaves old names as they were
     options = [re.sub(r"[^A-Za-z0-9.]+", "", option) for option in cfg.env_options]
     env = "-".join([short_env_name(identity["env"]), *cfg.faults, *options])
     return _slug(f"{env}_{cfg.model}_{what}_seed{cfg.seed}_{digest[:6]}")
@@ -1083,8 +1081,8 @@ def write_samples(cfg: RunConfig, env_id: str, run_dir: Path, policy: LoadedMode
         )
         scorer = policy
     # The run's own module scores with the settings it trained with (convention, options);
-    # the others at their defaults; all on the run's reward channel.
-    channelled = [REWARD_CHANNELS[cfg.reward_channel](trajectory) for trajectory in group]
+    # the others at their defaults; all on the env's own rewards, as the samples record
+    # them (the exact-MDP modules compute on the env's MDP, whose rewards are those).
     own = {"convention": cfg.credit_convention, "options": credit_option_pairs(cfg)}
     exact = {
         "env_id": env_id,
@@ -1101,7 +1099,7 @@ def write_samples(cfg: RunConfig, env_id: str, run_dir: Path, policy: LoadedMode
             if name == cfg.credit:
                 raise
             continue  # an exact-MDP oracle off a finite-MDP env or a model's exact table
-        credit_by_module[name] = module(channelled).step_advantages
+        credit_by_module[name] = module(group).step_advantages
     settings = (
         {cfg.credit: {"convention": cfg.credit_convention, "options": dict(own["options"])}}
         if cfg.credit in credit.REGISTRY
