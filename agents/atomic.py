@@ -92,9 +92,11 @@ def jsonl_records(path: str | os.PathLike) -> Iterator[tuple[int, dict[str, Any]
                 )
                 return
             try:
-                record = json.loads(line)
+                text = line[:-1].decode("utf-8")
             except UnicodeDecodeError as error:
                 raise DamagedFileError(damaged_line(path, line_number, "not UTF-8")) from error
+            try:
+                record = json.loads(text)
             except json.JSONDecodeError as error:
                 raise DamagedFileError(damaged_line(path, line_number, error.msg)) from error
             if not isinstance(record, dict):
