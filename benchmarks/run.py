@@ -749,12 +749,13 @@ def build_credit(
     env_id: str | None = None,
     env_kwargs: Mapping[str, Any] | None = None,
     sampling: AgentConfig | None = None,
+    reward_channel: str = DEFAULT_REWARD_CHANNEL,
 ) -> CreditModule:
     """Build a credit module (`credit.build`) from one context: the policy it may score
     with, the prompt history length (rebuilt prompts must match the rollout's), the
     generation-cache budget (0 where no trainer fills the cache), the convention of
-    its group statistics (docs/conventions.md), the options the user named, and the env
-    and rollout sampling the exact-MDP oracles (`oracle`, `hca`) read."""
+    its group statistics (docs/conventions.md), the options the user named, and the env,
+    rollout sampling and reward channel the exact-MDP oracles (`oracle`, `hca`) read."""
     context = CreditContext(
         policy=policy,
         history_len=history_len,
@@ -764,6 +765,7 @@ def build_credit(
         env_id=env_id,
         env_kwargs=dict(env_kwargs or {}),
         sampling=sampling,
+        reward_channel=reward_channel,
     )
     try:
         return credit.build(credit_class(name), context)
@@ -802,6 +804,7 @@ def train(cfg: RunConfig, env_id: str, run_dir: Path, policy: LoadedModel) -> Lo
             env_id,
             env_kwargs,
             sampling,
+            cfg.reward_channel,
         ),
         env_id,
         env_kwargs,

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 import numpy as np
 
 from agents.generation_cache import DEFAULT_GENERATION_CACHE_BYTES
-from agents.trajectory import Trajectory
+from agents.trajectory import DEFAULT_REWARD_CHANNEL, Trajectory
 from credit.options import OptionParser, parse_options
 from credit.scoring import DEFAULT_MEMORY_BUDGET_BYTES, ScoreMemo
 
@@ -198,6 +198,9 @@ class CreditContext:
         env_id, env_kwargs: the registered env the trajectories come from and its
             constructor options; the oracles (`oracle`, `hca`) read each task's exact
             MDP from it (`envs.mdp`, `credit.ground_truth.TaskMDPs`). None: not known.
+        reward_channel: the run's reward channel (`agents.trajectory.REWARD_CHANNELS`):
+            the exact-MDP oracles compute on the env's MDP paid on it
+            (`credit.ground_truth.MDP_CHANNELS`).
         sampling: how the rollout samples the policy's actions (temperature, top-p,
             constrained decoding, history); the oracles compute the policy's exact action
             table under it (`credit.ground_truth.llm_policy_table`). None: no model rollout.
@@ -213,6 +216,7 @@ class CreditContext:
     env_id: str | None = None
     env_kwargs: Mapping[str, Any] = field(default_factory=dict)
     sampling: SamplingConfig | None = None
+    reward_channel: str = DEFAULT_REWARD_CHANNEL
 
 
 @runtime_checkable

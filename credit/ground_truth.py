@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol, runtime_checkable
 
 import gymnasium as gym
@@ -47,7 +47,7 @@ from agents.parsing import parse_action
 from credit.base import CreditContext
 from credit.scoring import DEFAULT_MEMORY_BUDGET_BYTES, ScoreMemo, score_logprobs
 from credit.views import TeacherForced
-from envs.mdp import FiniteMDP
+from envs.mdp import FiniteMDP, StateView, Transition
 
 PolicyTable = Mapping[str, Mapping[str, float]]
 """state id -> admissible command -> pi(command | state)."""
@@ -457,8 +457,61 @@ def llm_table_source(
     return table
 
 
-def exact_sources(context: CreditContext, module: str) -> tuple[TaskMDPs, TableSource]:
-    """Each task's MDP and the policy's exact table, from what a run offers a module.
+@dataclass(frozen=True)
+class OutcomeMDP:
+    """`mdp` paid on the `outcome` reward channel (`agents.trajectory.outcome_channel`):
+    reward 0 on every transition but those that end the episode, which pay the env's
+    verdict (1.0 on success, else 0.0). States, views and probabilities are `mdp`'s.
+
+    Raises (from `transitions`):
+        ValueError: an ending transition without the env's verdict (`Transition.success`
+            None): the env does not describe what the channel pays.
+    """
+
+    mdp: FiniteMDP
+
+    def initial_states(self) -> Sequence[tuple[float, str]]:
+        return self.mdp.initial_states()
+
+    def actions(self, state: str) -> tuple[str, ...]:
+        return self.mdp.actions(state)
+
+    def view(self, state: str) -> StateView:
+        return self.mdp.view(state)
+
+    def transitions(self, state: str, action: str) -> Sequence[Transition]:
+        paid = []
+        for transition in self.mdp.transitions(state, action):
+            if transition.next_state is not None:
+                paid.append(replace(transition, reward=0.0))
+            elif transition.success is None:
+                raise ValueError(
+                    f"the MDP does not give the verdict of ending with {action!r} in {state!r}; "
+                    "the outcome channel pays it"
+                )
+            else:
+                paid.append(replace(transition, reward=float(transition.success)))
+        return tuple(paid)
+
+
+def return_mdp(mdp: FiniteMDP) -> FiniteMDP:
+    """`mdp` as the env pays it: the `return` reward channel."""
+    return mdp
+
+
+# Reward channel (`agents.trajectory.REWARD_CHANNELS`) -> the task's MDP paid on it, so an
+# exact-MDP module computes on the signal its trajectories carry.
+MDP_CHANNELS: dict[str, Callable[[FiniteMDP], FiniteMDP]] = {
+    "return": return_mdp,
+    "outcome": OutcomeMDP,
+}
+
+
+def exact_sources(
+    context: CreditContext, module: str
+) -> tuple[Callable[[str], FiniteMDP], TableSource]:
+    """Each task's MDP on the run's reward channel (`MDP_CHANNELS`) and the policy's
+    exact table, from what a run offers a module.
 
     The table is of `context.policy` sampled as `context.sampling` says (an `LLMAgent`
     holding the policy, so every call sees the weights of that moment; through
@@ -481,7 +534,8 @@ def exact_sources(context: CreditContext, module: str) -> tuple[TaskMDPs, TableS
         )
     except ValueError as error:
         raise ValueError(f"credit module {module}: {error}") from None
-    return mdps, table
+    on_channel = MDP_CHANNELS[context.reward_channel]
+    return (lambda task_id: on_channel(mdps(task_id))), table
 
 
 def task_truths(

@@ -5,20 +5,26 @@ from __future__ import annotations
 
 import dataclasses
 
+import gymnasium as gym
 import numpy as np
 import pandas as pd
 import pytest
 import torch
 
+from agents.episode import play_episode
 from agents.models import build_tiny
+from agents.tabular import TableAgent
 from agents.trajectory import REWARD_CHANNELS, RewardChannel, Trajectory, outcome_channel
 from benchmarks import leaderboard, records, study
 from benchmarks.run import RunConfig, run, run_name
 from credit.base import verdict
+from credit.ground_truth import MDP_CHANNELS, TaskMDPs
 from credit.grpo import GRPO
 from credit.hcapo import HCAPO
 from credit.hindsight import HCAPO_WORDING, hindsight_block
+from credit.oracle import Oracle
 from tests.credit_cases import scripted_trajectory, tokenised
+from tests.test_exact_hindsight import KEYDOOR, random_table
 from tests.test_leaderboard import made_up_run
 
 
@@ -185,3 +191,39 @@ def test_the_study_compares_rows_on_one_channel_and_never_an_oracle():
         ("grpo on outcome", "hcapo on outcome"),
     ]
     assert pairs.confirmatory.all()  # each module against grpo on its own channel
+
+
+def test_the_oracle_computes_on_the_mdp_of_its_channel():
+    options = {"delay": 2, "variance": "high"}
+    mdps, task_id = TaskMDPs(KEYDOOR, options), "keydoor-3"
+    table = random_table(mdps(task_id), seed=4)
+    env = gym.make(KEYDOOR, **options)
+    agent = TableAgent({task_id: table}, seed=0)
+    played = [play_episode(env, agent, seed=k, options={"task_id": task_id}) for k in range(24)]
+    env.close()
+    assert set(MDP_CHANNELS) == set(REWARD_CHANNELS)
+    credit = {}
+    for channel, on_channel in MDP_CHANNELS.items():
+        batch = [REWARD_CHANNELS[channel](trajectory) for trajectory in played]
+        mdp = on_channel(mdps(task_id))
+        # The MDP pays each step what the channel pays the trajectory.
+        for step in (step for trajectory in batch for step in trajectory.steps):
+            paid = {
+                t.reward
+                for t in mdp.transitions(step.info["mdp_state"], step.action)
+                if t.next_state == step.info["mdp_next_state"]
+            }
+            assert step.reward in paid
+        output = Oracle(lambda task, f=on_channel: f(mdps(task)), lambda m: table)(batch)
+        credit[channel] = [
+            (step.info["mdp_state"], float(value))
+            for trajectory, values in zip(batch, output.step_advantages, strict=True)
+            for step, value in zip(trajectory.steps, values, strict=True)
+        ]
+    # Eating or waiting in the orchard leaves the door's outcome as it was: no credit on
+    # the outcome channel, while the return channel credits the apples.
+    orchard = {c: [v for s, v in credit[c] if s.startswith("orchard")] for c in credit}
+    assert orchard["outcome"] and max(abs(v) for v in orchard["outcome"]) < 1e-9
+    assert max(abs(v) for v in orchard["return"]) > 0.1
+    room = [v for s, v in credit["outcome"] if s.startswith("room")]
+    assert max(abs(v) for v in room) > 0.01  # the key step still gets its credit
