@@ -65,6 +65,7 @@ from verl import DataProto
 from verl.trainer.ppo.core_algos import register_adv_est
 
 from agents.trajectory import Trajectory
+from credit.base import verdict
 from credit.grpo import group_members, group_normalised
 from credit.hcapo import (
     VARIANTS,
@@ -407,7 +408,8 @@ class HCAPOEstimator:
     module docstring has the math). Per turn t of row i: the hindsight score from
     `batch["hindsight_log_probs"]` at the turn's positions, rho_t, Q^H_t = rho_t
     gamma^(T-t) R_i, the micro term normalised within the group (`index`), do-no-harm on
-    successes (`non_tensor_batch["success"]`), and A_t = macro_weight A^GRPO_i +
+    successes by the verdict on the reward (`credit.base.verdict`, return > 0, as HCAPO's
+    own gate), and A_t = macro_weight A^GRPO_i +
     omega A^Micro_t on every token of turn t; returns equal advantages.
 
     The seed variant and `causal_contrast` also read `batch["old_log_probs"]` as the
@@ -496,7 +498,7 @@ class HCAPOEstimator:
         step_advantages = combined_advantages(
             macro,
             micro_advantages(q_values, groups, self.micro_normalisation),
-            np.array([t.success for t in trajectories], dtype=bool),
+            np.array([verdict(t) for t in trajectories], dtype=bool),
             self.macro_weight,
             self.omega,
             self.do_no_harm,
