@@ -85,8 +85,8 @@ def jsonl_records(path: str | os.PathLike) -> Iterator[tuple[int, dict[str, Any]
         for line_number, line in enumerate(handle, start=1):
             if not line.endswith(b"\n"):
                 logger.warning(
-                    "%s:%d: incomplete last line (a write cut short), not read; the next "
-                    "run of the same command drops it",
+                    "%s:%d: incomplete last line (a write cut short), not read; resuming "
+                    "the run drops it",
                     path,
                     line_number,
                 )
