@@ -175,6 +175,27 @@ class ExactHindsight:
         law = self.action_outcomes[state][action]
         return sum(p * z for z, p in self.state_outcomes[state].items() if law.get(z, 0.0) <= 0.0)
 
+    def verdict_row(self, state: str, past_return: float, success: bool) -> dict[str, float]:
+        """h(. | s, V = success) for the channel's verdict V = 1[return > 0]
+        (`credit.base.verdict`), the return so far being `past_return`:
+        P(V = 1 | s, a) = sum_{z > -past_return} P(Z = z | s, a) of the return-to-go law.
+
+        Raises:
+            ValueError: not the undiscounted `return` outcome, or a verdict of probability
+                0 from `state`.
+        """
+        if self.outcome != "return" or self.gamma != 1.0:
+            raise ValueError("the channel's verdict needs the undiscounted return-to-go law")
+        weights = {
+            action: self.policy[state][action]
+            * sum(p for z, p in law.items() if (past_return + z > 0.0) == success)
+            for action, law in self.action_outcomes[state].items()
+        }
+        total = sum(weights.values())
+        if total <= 0.0:
+            raise ValueError(f"verdict {success} has probability 0 from state {state!r}")
+        return {action: weight / total for action, weight in weights.items()}
+
 
 def exact_hindsight(
     mdp: FiniteMDP, policy: PolicyTable, outcome: str = "return", gamma: float = 1.0
@@ -266,3 +287,46 @@ def trie_conditionals(
         )
         for sequence in sequences
     ]
+
+
+def exact_step_logprobs(
+    trajectory: Trajectory,
+    t: int,
+    action_sequences: Mapping[str, Sequence[int]],
+    hindsight: ExactHindsight,
+    success: bool,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Exact per-token log-probs of step t's action under hindsight and under the policy.
+
+    Along the action's path in the trie of its state's commands (`trie_conditionals`):
+    log h(y_j | y_<j, s_t, V) with V the episode's verdict on the channel
+    (`ExactHindsight.verdict_row`), and log pi(y_j | y_<j, s_t), the constrained
+    sampler's own conditionals.
+
+    Args:
+        action_sequences: command -> its token sequence, for every command of s_t
+            (`agents.constrained.action_token_sequences`).
+        hindsight: the return-to-go law of the policy on the step's task.
+        success: the verdict shown (`credit.base.verdict` of the trajectory).
+    Returns:
+        ([A_t], [A_t]) float64 (hindsight, policy); -inf where a conditional is 0.
+    Raises:
+        ValueError: the step's recorded tokens are not its command's constrained sequence.
+    """
+    step = trajectory.steps[t]
+    state = step.info["mdp_state"]
+    commands = list(hindsight.policy[state])
+    sequences = [list(action_sequences[command]) for command in commands]
+    taken = commands.index(step.action)
+    if tuple(sequences[taken]) != tuple(step.action_token_ids):
+        raise ValueError(
+            f"step {t} of task {trajectory.task_id!r}: its tokens are not the constrained "
+            f"sequence of {step.action!r} (exact hindsight needs constrained decoding)"
+        )
+    past = float(sum(s.reward for s in trajectory.steps[:t]))
+    row = hindsight.verdict_row(state, past, success)
+    with np.errstate(divide="ignore"):
+        return tuple(
+            np.log(trie_conditionals(sequences, [q[c] for c in commands])[taken])
+            for q in (row, hindsight.policy[state])
+        )

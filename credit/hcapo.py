@@ -75,12 +75,14 @@ from credit.options import (
     parse_pair,
 )
 from credit.scoring import DEFAULT_MEMORY_BUDGET_BYTES, ScoreMemo, score_logprobs
-from credit.views import action_span_mask, causal_view
+from credit.views import TeacherForced, action_span_mask, causal_view
 
 Variant = Literal["paper", "seed"]
 MicroNormalisation = Literal["group", "time_step"]
 LengthNormalisation = Literal["response", "action"]
 SEED_LOG_RATIO_CLAMP = 5.0
+# The seed variant's settings (docs/methods.md): `hcapo_seed` and `hcapo_seed_exact`.
+SEED_DEFAULTS: dict[str, Any] = {"variant": "seed", "macro_weight": 0.6, "omega": 0.4}
 
 
 def outcome_hindsight(trajectory: Trajectory) -> str:
@@ -370,27 +372,18 @@ class HCAPO(HindsightScorer):
         self.length_normalisation = length_normalisation
         self.causal_contrast = causal_contrast
 
-    def hindsight_q(self, trajectories: Sequence[Trajectory]) -> tuple[list[np.ndarray], dict]:
-        """Q^H per step ([T_i] float64 each), scoring only trajectories with a non-zero value."""
-        variant = VARIANTS[self.variant]
-        needs_causal = variant.needs_causal or self.causal_contrast
-        values = [variant.values(traj, self.gamma) for traj in trajectories]
-        tokenizer = self.model.tokenizer
-        hindsight_views, causal_views, kept = [], [], []
-        for i, traj in enumerate(trajectories):
-            if not np.any(values[i]):
-                continue
-            for t in range(traj.length):
-                hindsight_views.append(self.hindsight_view_of(traj, t))
-                if needs_causal:
-                    causal_views.append(causal_view(tokenizer, traj, t, self.history_len))
-                kept.append(
-                    action_span_mask(tokenizer, traj, t)
-                    if self.length_normalisation == "action"
-                    else np.ones(len(hindsight_views[-1].action_ids), dtype=bool)
-                )
+    def view_logprobs(
+        self,
+        steps: Sequence[tuple[Trajectory, int]],
+        hindsight_views: Sequence[TeacherForced],
+        causal_views: Sequence[TeacherForced],
+    ) -> list[np.ndarray]:
+        """Per-token log-probs [A_t] of every hindsight view, then every causal view (of
+        `steps`, in order): the policy's teacher-forced pass (`credit.scoring`). The exact
+        source (`credit.hcapo_exact`) reads them off the finite MDP instead."""
+        del steps  # the views say everything the policy's pass needs
         try:
-            scores = score_logprobs(
+            return score_logprobs(
                 self.model,
                 [*hindsight_views, *causal_views],
                 self.memory_budget_bytes,
@@ -400,6 +393,28 @@ class HCAPO(HindsightScorer):
         finally:  # this batch's prompts are used up; free them before the update
             if self.generation_cache is not None:
                 self.generation_cache.clear()
+
+    def hindsight_q(self, trajectories: Sequence[Trajectory]) -> tuple[list[np.ndarray], dict]:
+        """Q^H per step ([T_i] float64 each), scoring only trajectories with a non-zero value."""
+        variant = VARIANTS[self.variant]
+        needs_causal = variant.needs_causal or self.causal_contrast
+        values = [variant.values(traj, self.gamma) for traj in trajectories]
+        tokenizer = self.model.tokenizer
+        hindsight_views, causal_views, kept, steps = [], [], [], []
+        for i, traj in enumerate(trajectories):
+            if not np.any(values[i]):
+                continue
+            for t in range(traj.length):
+                steps.append((traj, t))
+                hindsight_views.append(self.hindsight_view_of(traj, t))
+                if needs_causal:
+                    causal_views.append(causal_view(tokenizer, traj, t, self.history_len))
+                kept.append(
+                    action_span_mask(tokenizer, traj, t)
+                    if self.length_normalisation == "action"
+                    else np.ones(len(hindsight_views[-1].action_ids), dtype=bool)
+                )
+        scores = self.view_logprobs(steps, hindsight_views, causal_views)
         count = len(hindsight_views)
         hindsight_scores = [s[m] for s, m in zip(scores[:count], kept, strict=True)]
         causal_scores = (
@@ -461,5 +476,4 @@ class HCAPOSeed(HCAPO):
     name = "hcapo_seed"
 
     def __init__(self, model: LoadedModel, **kwargs: Any) -> None:
-        kwargs = {"variant": "seed", "macro_weight": 0.6, "omega": 0.4, **kwargs}
-        super().__init__(model, **kwargs)
+        super().__init__(model, **{**SEED_DEFAULTS, **kwargs})

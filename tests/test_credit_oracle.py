@@ -28,7 +28,10 @@ from benchmarks import records
 from benchmarks.credit_truth import main as credit_truth_main
 from benchmarks.run import main
 from credit import REGISTRY, CreditContext, NonFiniteError, build
+from credit.exact_hindsight import exact_hindsight
 from credit.ground_truth import TaskMDPs, evaluate_policy, llm_policy_table
+from credit.hcapo import return_to_go_values
+from credit.hcapo_exact import HCAPOExact, HCAPOSeedExact
 from credit.oracle import Oracle
 from credit.truth_metrics import true_advantages
 from tests.test_credit_contract import one_error_line
@@ -38,6 +41,8 @@ from tests.test_learning import fisher_one_sided
 from trainers.policy_gradient import AgentConfig, PolicyGradientConfig, PolicyGradientTrainer
 
 EXACT_MODULES = sorted(name for name, cls in REGISTRY.items() if "mdp_state" in cls.reads)
+# The registered exact-MDP modules and HCAPO's exact-hindsight classes (named by path).
+EXACT_CLASSES = [*(REGISTRY[name] for name in EXACT_MODULES), HCAPOExact, HCAPOSeedExact]
 SAMPLING = AgentConfig(constrained=True, max_new_tokens=8, history_len=0, temperature=1.0)
 ENV_KWARGS = {"delay": 2}
 
@@ -51,6 +56,7 @@ def small() -> LoadedModel:
 
 def context(policy: LoadedModel, **changes) -> CreditContext:
     fields = {"env_id": KEYDOOR, "env_kwargs": ENV_KWARGS, "sampling": SAMPLING, **changes}
+    fields = {"history_len": SAMPLING.history_len, **fields}
     return CreditContext(policy=policy, **fields)
 
 
@@ -108,9 +114,9 @@ def test_oracle_follows_the_weights_of_each_call(small, keydoor_batch):
     assert any(not np.allclose(a, b) for a, b in zip(after, before, strict=True))
 
 
-@pytest.mark.parametrize("name", EXACT_MODULES)
-def test_exact_modules_hold_the_registry_contract_on_keydoor(name, small, keydoor_batch):
-    module = build(REGISTRY[name], context(small))
+@pytest.mark.parametrize("cls", EXACT_CLASSES, ids=lambda cls: cls.name)
+def test_exact_modules_hold_the_registry_contract_on_keydoor(cls, small, keydoor_batch):
+    module = build(cls, context(small))
     output = module(keydoor_batch)
     check_contract(keydoor_batch, output)
     assert any(np.any(values != 0) for values in output.step_advantages)
@@ -127,9 +133,9 @@ def test_exact_modules_hold_the_registry_contract_on_keydoor(name, small, keydoo
     module.load_state_dict(module.state_dict())
 
 
-@pytest.mark.parametrize("name", EXACT_MODULES)
-def test_exact_modules_refuse_a_non_finite_reward(name, small, keydoor_batch):
-    module = build(REGISTRY[name], context(small))
+@pytest.mark.parametrize("cls", EXACT_CLASSES, ids=lambda cls: cls.name)
+def test_exact_modules_refuse_a_non_finite_reward(cls, small, keydoor_batch):
+    module = build(cls, context(small))
     trajectory = keydoor_batch[0]
     steps = list(trajectory.steps)
     steps[0] = dataclasses.replace(steps[0], reward=math.nan)
@@ -137,9 +143,9 @@ def test_exact_modules_refuse_a_non_finite_reward(name, small, keydoor_batch):
         module([keydoor_batch[1], dataclasses.replace(trajectory, steps=tuple(steps))])
 
 
-@pytest.mark.parametrize("name", EXACT_MODULES)
-def test_exact_modules_need_a_finite_mdp_and_an_exact_policy(name, small):
-    cls = REGISTRY[name]
+@pytest.mark.parametrize("cls", EXACT_CLASSES, ids=lambda cls: cls.name)
+def test_exact_modules_need_a_finite_mdp_and_an_exact_policy(cls, small):
+    name = cls.name
     with pytest.raises(ValueError, match=f"{name}: creditgym/SysDiag-v0 does not describe"):
         build(cls, context(small, env_id="creditgym/SysDiag-v0", env_kwargs={}))
     with pytest.raises(ValueError, match=f"{name} needs the run's env"):
@@ -150,6 +156,51 @@ def test_exact_modules_need_a_finite_mdp_and_an_exact_policy(name, small):
         build(cls, context(small, sampling=dataclasses.replace(SAMPLING, constrained=False)))
     with pytest.raises(ValueError, match="history-free prompt"):
         build(cls, context(small, sampling=dataclasses.replace(SAMPLING, history_len=2)))
+
+
+def verdict_probability(law, state, actions, past: float, success: bool) -> float:
+    """P(verdict | s, a taken among `actions`), from the return-to-go law alone."""
+    joint = sum(
+        law.policy[state][a] * p
+        for a in actions
+        for z, p in law.action_outcomes[state][a].items()
+        if (past + z > 0) == success
+    )
+    return joint / sum(law.policy[state][a] for a in actions)
+
+
+def test_hcapo_seed_exact_ratio_is_the_exact_hindsight_ratio(small, keydoor_batch):
+    # The seed ratio exp(log h(a_t) - log pi(a_t)) over the action's tokens telescopes to
+    # h(a_t | s_t, V) / pi(a_t | s_t) = P(V | s_t, a_t) / P(V | s_t), V the channel's
+    # verdict given the return so far: computed here from the outcome law alone.
+    module = build(HCAPOSeedExact, context(small))
+    output = module(keydoor_batch)
+    mdps = TaskMDPs(KEYDOOR, ENV_KWARGS)
+    agent = LLMAgent(small, **vars(SAMPLING))
+    expected = []
+    for trajectory in keydoor_batch:
+        if not np.any(return_to_go_values(trajectory, module.gamma)):
+            continue  # not scored: its Q is 0 whatever rho is
+        mdp = mdps(trajectory.task_id)
+        law = exact_hindsight(mdp, llm_policy_table(agent, KEYDOOR, mdp), "return")
+        success = trajectory.total_return > 0
+        for t, step in enumerate(trajectory.steps):
+            state, past = step.info["mdp_state"], sum(s.reward for s in trajectory.steps[:t])
+            taken = verdict_probability(law, state, [step.action], past, success)
+            expected.append(
+                taken / verdict_probability(law, state, law.policy[state], past, success)
+            )
+    assert output.metrics["num_hindsight_steps"] == len(expected)
+    assert output.metrics["mean_rho"] == pytest.approx(np.mean(expected), rel=1e-5)
+    scripted = dataclasses.replace(
+        keydoor_batch[0],
+        steps=tuple(
+            dataclasses.replace(s, action_token_ids=(), action_logprobs=())
+            for s in keydoor_batch[0].steps
+        ),
+    )
+    with pytest.raises(ValueError, match="exact hindsight needs constrained decoding"):
+        module([scripted])
 
 
 def test_the_oracle_on_sysdiag_is_one_line_and_exit_2(capsys, tmp_path):

@@ -22,8 +22,14 @@ import envs  # noqa: F401  (registers the creditgym envs)
 from agents.constrained import action_token_sequences
 from agents.llm import LLMAgent
 from agents.models import build_small
+from agents.rollout import collect
 from agents.trajectory import Step, Trajectory
-from credit.exact_hindsight import OUTCOMES, exact_hindsight, trie_conditionals
+from credit.exact_hindsight import (
+    OUTCOMES,
+    exact_hindsight,
+    exact_step_logprobs,
+    trie_conditionals,
+)
 from credit.ground_truth import (
     TaskMDPs,
     evaluate_policy,
@@ -265,3 +271,54 @@ def test_umbrella_success_hindsight_names_the_first_choice():
     for state in later:
         for z in exact.state_outcomes[state]:
             assert exact.hindsight_row(state, z) == pytest.approx(table[state])
+
+
+def test_exact_step_logprobs_multiply_back_and_verdict_rows_are_bayes_consistent():
+    torch.set_num_threads(1)
+    small = build_small()
+    agent = LLMAgent(small, constrained=True, history_len=0, max_new_tokens=8, seed=2)
+    mdps = TaskMDPs(KEYDOOR, {"delay": 1})
+    trajectories, _ = collect(
+        KEYDOOR, agent, [21, 22], group_size=4, num_envs=8, env_kwargs={"delay": 1}, progress=False
+    )
+    tables = llm_table_source(agent, KEYDOOR)
+    checked = 0
+    for trajectory in trajectories:
+        mdp = mdps(trajectory.task_id)
+        law = exact_hindsight(mdp, tables(mdp), "return")
+        success = trajectory.total_return > 0  # the channel's verdict (credit.base.verdict)
+        for t, step in enumerate(trajectory.steps):
+            state = step.info["mdp_state"]
+            commands = list(law.policy[state])
+            spelled = dict(
+                zip(commands, action_token_sequences(small.tokenizer, commands), strict=True)
+            )
+            hindsight, policy = exact_step_logprobs(trajectory, t, spelled, law, success)
+            past = sum(s.reward for s in trajectory.steps[:t])
+            row = law.verdict_row(state, past, success)
+            assert np.exp(hindsight.sum()) == pytest.approx(row[step.action], rel=1e-9)
+            assert np.exp(policy.sum()) == pytest.approx(law.policy[state][step.action])
+            # Bayes over the two verdicts: sum_v P(v | s, past) h(a | s, v) = pi(a | s).
+            mixed = dict.fromkeys(commands, 0.0)
+            for verdict in (True, False):
+                p_v = sum(
+                    law.policy[state][a] * law.probability(state, z, a)
+                    for a in commands
+                    for z in law.action_outcomes[state][a]
+                    if (past + z > 0) == verdict
+                )
+                if p_v > 0:
+                    for a, h in law.verdict_row(state, past, verdict).items():
+                        mixed[a] += p_v * h
+            assert mixed == pytest.approx(law.policy[state])
+            checked += 1
+    assert checked >= 16
+    step, mdp = trajectories[0].steps[0], mdps(trajectories[0].task_id)
+    commands = mdp.actions(step.info["mdp_state"])
+    spelled = dict(zip(commands, action_token_sequences(small.tokenizer, commands), strict=True))
+    other = next(c for c in commands if c != step.action)
+    wrong = {**spelled, step.action: spelled[other]}
+    with pytest.raises(ValueError, match="not the constrained sequence"):
+        exact_step_logprobs(
+            trajectories[0], 0, wrong, exact_hindsight(mdp, tables(mdp), "return"), True
+        )
