@@ -252,6 +252,18 @@ def exact_hindsight(
     )
 
 
+def _prefix_masses(
+    sequences: Sequence[Sequence[int]], probabilities: Sequence[float]
+) -> dict[tuple[int, ...], float]:
+    """Prefix u -> m(u), the sum of q over the sequences that start with u."""
+    mass: dict[tuple[int, ...], float] = {}
+    for sequence, q in zip(sequences, probabilities, strict=True):
+        for j in range(len(sequence) + 1):
+            prefix = tuple(sequence[:j])
+            mass[prefix] = mass.get(prefix, 0.0) + float(q)
+    return mass
+
+
 def trie_conditionals(
     sequences: Sequence[Sequence[int]], probabilities: Sequence[float]
 ) -> list[np.ndarray]:
@@ -268,13 +280,11 @@ def trie_conditionals(
         ValueError: a sequence is a prefix of another (its mass would be ambiguous).
     """
     ends = {tuple(sequence) for sequence in sequences}
-    mass: dict[tuple[int, ...], float] = {}
-    for sequence, q in zip(sequences, probabilities, strict=True):
-        for j in range(len(sequence) + 1):
-            prefix = tuple(sequence[:j])
-            if j < len(sequence) and prefix in ends:
-                raise ValueError(f"token sequence {list(prefix)} is a prefix of another")
-            mass[prefix] = mass.get(prefix, 0.0) + float(q)
+    for sequence in sequences:
+        for j in range(len(sequence)):
+            if tuple(sequence[:j]) in ends:
+                raise ValueError(f"token sequence {list(sequence[:j])} is a prefix of another")
+    mass = _prefix_masses(sequences, probabilities)
     return [
         np.array(
             [
@@ -289,44 +299,98 @@ def trie_conditionals(
     ]
 
 
-def exact_step_logprobs(
+@dataclass(frozen=True)
+class StepTrie:
+    """Step t's commands as a token trie with the policy's and the exact hindsight's mass.
+
+    Attributes:
+        sequences: the commands' constrained token sequences.
+        taken: index of the command the step took.
+        hindsight: h(c | s_t, V) of each command, V the channel's verdict.
+        policy: pi(c | s_t) of each command.
+    """
+
+    sequences: tuple[tuple[int, ...], ...]
+    taken: int
+    hindsight: tuple[float, ...]
+    policy: tuple[float, ...]
+
+
+def step_trie(
     trajectory: Trajectory,
     t: int,
     action_sequences: Mapping[str, Sequence[int]],
     hindsight: ExactHindsight,
     success: bool,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Exact per-token log-probs of step t's action under hindsight and under the policy.
-
-    Along the action's path in the trie of its state's commands (`trie_conditionals`):
-    log h(y_j | y_<j, s_t, V) with V the episode's verdict on the channel
-    (`ExactHindsight.verdict_row`), and log pi(y_j | y_<j, s_t), the constrained
-    sampler's own conditionals.
+) -> StepTrie:
+    """Step t of `trajectory` in its state's trie, with h(. | s_t, V) and pi(. | s_t).
 
     Args:
         action_sequences: command -> its token sequence, for every command of s_t
             (`agents.constrained.action_token_sequences`).
         hindsight: the return-to-go law of the policy on the step's task.
         success: the verdict shown (`credit.base.verdict` of the trajectory).
-    Returns:
-        ([A_t], [A_t]) float64 (hindsight, policy); -inf where a conditional is 0.
     Raises:
         ValueError: the step's recorded tokens are not its command's constrained sequence.
     """
     step = trajectory.steps[t]
     state = step.info["mdp_state"]
     commands = list(hindsight.policy[state])
-    sequences = [list(action_sequences[command]) for command in commands]
+    sequences = tuple(tuple(action_sequences[command]) for command in commands)
     taken = commands.index(step.action)
-    if tuple(sequences[taken]) != tuple(step.action_token_ids):
+    if sequences[taken] != tuple(step.action_token_ids):
         raise ValueError(
             f"step {t} of task {trajectory.task_id!r}: its tokens are not the constrained "
             f"sequence of {step.action!r} (exact hindsight needs constrained decoding)"
         )
     past = float(sum(s.reward for s in trajectory.steps[:t]))
     row = hindsight.verdict_row(state, past, success)
+    return StepTrie(
+        sequences,
+        taken,
+        tuple(row[c] for c in commands),
+        tuple(hindsight.policy[state][c] for c in commands),
+    )
+
+
+def exact_step_logprobs(trie: StepTrie) -> tuple[np.ndarray, np.ndarray]:
+    """Exact per-token log-probs of the step's action: log h(y_j | y_<j, s_t, V) and
+    log pi(y_j | y_<j, s_t) along its trie path (`trie_conditionals`), [A_t] float64
+    each; -inf where a conditional is 0."""
     with np.errstate(divide="ignore"):
         return tuple(
-            np.log(trie_conditionals(sequences, [q[c] for c in commands])[taken])
-            for q in (row, hindsight.policy[state])
+            np.log(trie_conditionals(trie.sequences, q)[trie.taken])
+            for q in (trie.hindsight, trie.policy)
         )
+
+
+def trie_divergences(
+    sequences: Sequence[Sequence[int]],
+    p: Sequence[float],
+    q: Sequence[float],
+    taken: int,
+) -> np.ndarray:
+    """JS(p(. | y_<j) || q(. | y_<j)) / ln 2 at each token of sequence `taken`, [len] float64.
+
+    The two per-token distributions are over the children of the trie node y_<j (every
+    other token has probability 0 under both, so the full-vocabulary divergence is this
+    one): p and q are distributions over the sequences (the policy and the exact
+    hindsight), their conditionals those of `trie_conditionals`. A node one of them gives
+    no mass (0 / 0) has no conditional there; it contributes 0.
+    """
+    mass_p, mass_q = _prefix_masses(sequences, p), _prefix_masses(sequences, q)
+    path = tuple(sequences[taken])
+    divergences = np.zeros(len(path), dtype=np.float64)
+    for j in range(len(path)):
+        node = path[:j]
+        if mass_p[node] <= 0.0 or mass_q[node] <= 0.0:
+            continue
+        children = sorted({tuple(s[: j + 1]) for s in sequences if tuple(s[:j]) == node})
+        a = np.array([mass_p[c] / mass_p[node] for c in children])
+        b = np.array([mass_q[c] / mass_q[node] for c in children])
+        m = 0.5 * (a + b)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            kl_a = np.where(a > 0, a * np.log(a / m), 0.0).sum()
+            kl_b = np.where(b > 0, b * np.log(b / m), 0.0).sum()
+        divergences[j] = 0.5 * (kl_a + kl_b) / np.log(2.0)
+    return divergences

@@ -380,7 +380,7 @@ class HCAPO(HindsightScorer):
     ) -> list[np.ndarray]:
         """Per-token log-probs [A_t] of every hindsight view, then every causal view (of
         `steps`, in order): the policy's teacher-forced pass (`credit.scoring`). The exact
-        source (`credit.hcapo_exact`) reads them off the finite MDP instead."""
+        source (`credit.exact_source`) reads them off the finite MDP instead."""
         del steps  # the views say everything the policy's pass needs
         try:
             return score_logprobs(

@@ -29,9 +29,9 @@ from benchmarks.credit_truth import main as credit_truth_main
 from benchmarks.run import main
 from credit import REGISTRY, CreditContext, NonFiniteError, build
 from credit.exact_hindsight import exact_hindsight
+from credit.exact_source import HCAPOExact, HCAPOSeedExact, HPRLVRExact
 from credit.ground_truth import TaskMDPs, evaluate_policy, llm_policy_table
 from credit.hcapo import return_to_go_values
-from credit.hcapo_exact import HCAPOExact, HCAPOSeedExact
 from credit.oracle import Oracle
 from credit.truth_metrics import true_advantages
 from tests.test_credit_contract import one_error_line
@@ -41,8 +41,13 @@ from tests.test_learning import fisher_one_sided
 from trainers.policy_gradient import AgentConfig, PolicyGradientConfig, PolicyGradientTrainer
 
 EXACT_MODULES = sorted(name for name, cls in REGISTRY.items() if "mdp_state" in cls.reads)
-# The registered exact-MDP modules and HCAPO's exact-hindsight classes (named by path).
-EXACT_CLASSES = [*(REGISTRY[name] for name in EXACT_MODULES), HCAPOExact, HCAPOSeedExact]
+# The registered exact-MDP modules and the exact-hindsight classes (named by path).
+EXACT_CLASSES = [
+    *(REGISTRY[name] for name in EXACT_MODULES),
+    HCAPOExact,
+    HCAPOSeedExact,
+    HPRLVRExact,
+]
 SAMPLING = AgentConfig(constrained=True, max_new_tokens=8, history_len=0, temperature=1.0)
 ENV_KWARGS = {"delay": 2}
 
@@ -116,21 +121,25 @@ def test_oracle_follows_the_weights_of_each_call(small, keydoor_batch):
 
 @pytest.mark.parametrize("cls", EXACT_CLASSES, ids=lambda cls: cls.name)
 def test_exact_modules_hold_the_registry_contract_on_keydoor(cls, small, keydoor_batch):
-    module = build(cls, context(small))
+    def fresh():
+        return build(cls, context(small))
+
+    module = fresh()
     output = module(keydoor_batch)
     check_contract(keydoor_batch, output)
     assert any(np.any(values != 0) for values in output.step_advantages)
-    check_contract([], module([]))
+    check_contract([], fresh()([]))
     one_step = [t for t in keydoor_batch if t.length][:1]
-    check_contract(one_step, module(one_step))
+    check_contract(one_step, fresh()(one_step))
     # Permuting the batch permutes the output.
     order = [5, 2, 7, 0, 1, 6, 3, 4]
-    permuted = module([keydoor_batch[i] for i in order]).step_advantages
+    permuted = fresh()([keydoor_batch[i] for i in order]).step_advantages
     for k, i in enumerate(order):
         np.testing.assert_array_equal(permuted[k], output.step_advantages[i])
-    # Stateless: the state round-trips empty.
-    assert module.state_dict() == {}
-    module.load_state_dict(module.state_dict())
+    # The state (HP-RLVR's baseline; none for the others) round-trips.
+    restored = fresh()
+    restored.load_state_dict(module.state_dict())
+    assert restored.state_dict() == module.state_dict()
 
 
 @pytest.mark.parametrize("cls", EXACT_CLASSES, ids=lambda cls: cls.name)

@@ -28,7 +28,9 @@ from credit.exact_hindsight import (
     OUTCOMES,
     exact_hindsight,
     exact_step_logprobs,
+    step_trie,
     trie_conditionals,
+    trie_divergences,
 )
 from credit.ground_truth import (
     TaskMDPs,
@@ -204,6 +206,20 @@ def test_trie_conditionals_on_a_hand_trie():
         trie_conditionals([[1, 2], [1, 2, 3]], [0.5, 0.5])
 
 
+def test_trie_divergences_on_a_hand_trie():
+    sequences = [[1, 2, 9], [1, 3, 9], [4, 9]]
+    policy, hindsight = [0.2, 0.3, 0.5], [0.5, 0.5, 0.0]
+    divergences = trie_divergences(sequences, policy, hindsight, taken=0)
+    # Root, children {1, 4}: (0.5, 0.5) against (1, 0), m = (0.75, 0.25):
+    # KL = 0.5 ln(2/3) + 0.5 ln 2 = 0.143841 and ln(4/3) = 0.287682, JS = 0.215762 nats,
+    # 0.311278 bits. Node [1], children {2, 3}: (0.4, 0.6) against (0.5, 0.5): 0.0072992
+    # bits. Node [1, 2] has one child: both put all their mass on it, 0.
+    np.testing.assert_allclose(divergences, [0.311278, 0.0072992, 0.0], atol=1e-6)
+    # Identical distributions diverge nowhere; no mass at a node (q on [4, 9]) counts 0.
+    np.testing.assert_array_equal(trie_divergences(sequences, policy, policy, taken=1), 0.0)
+    np.testing.assert_array_equal(trie_divergences(sequences, policy, hindsight, taken=2)[1:], 0.0)
+
+
 def test_token_conditionals_of_exact_hindsight_multiply_back_to_the_command():
     torch.set_num_threads(1)
     small = build_small()
@@ -293,7 +309,7 @@ def test_exact_step_logprobs_multiply_back_and_verdict_rows_are_bayes_consistent
             spelled = dict(
                 zip(commands, action_token_sequences(small.tokenizer, commands), strict=True)
             )
-            hindsight, policy = exact_step_logprobs(trajectory, t, spelled, law, success)
+            hindsight, policy = exact_step_logprobs(step_trie(trajectory, t, spelled, law, success))
             past = sum(s.reward for s in trajectory.steps[:t])
             row = law.verdict_row(state, past, success)
             assert np.exp(hindsight.sum()) == pytest.approx(row[step.action], rel=1e-9)
@@ -319,6 +335,4 @@ def test_exact_step_logprobs_multiply_back_and_verdict_rows_are_bayes_consistent
     other = next(c for c in commands if c != step.action)
     wrong = {**spelled, step.action: spelled[other]}
     with pytest.raises(ValueError, match="not the constrained sequence"):
-        exact_step_logprobs(
-            trajectories[0], 0, wrong, exact_hindsight(mdp, tables(mdp), "return"), True
-        )
+        step_trie(trajectories[0], 0, wrong, exact_hindsight(mdp, tables(mdp), "return"), True)
