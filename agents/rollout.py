@@ -67,6 +67,9 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+# Seconds between refreshes of the progress bar's steps and tokens/s (a refresh costs a
+# terminal write; an LLM step on a CPU takes about this long anyway).
+PROGRESS_INTERVAL_S = 1.0
 
 # What an environment worker is: the `env_workers` option of `collect`, the trainers'
 # configs and `benchmarks.run`.
@@ -190,7 +193,8 @@ def collect(
         step_timeout_s: a step slower than this drops its episode.
         reset_grace_s: once one reset is done and no step is outstanding, how long to
             wait for other resets to join the same batch.
-        progress: show a tqdm bar (one tick per finished episode).
+        progress: show a tqdm bar: finished episodes, elapsed time, steps played and
+            generated tokens per second.
         env_workers: "process" (one worker process per env), "inline" (envs stepped in
             this process; for pure in-memory envs), "ray" (one Ray actor per env, on the
             Ray cluster `ray.init()` joins), or "auto": inline for envs registered as
@@ -232,6 +236,8 @@ def collect(
     # next step as soon as its observation is back; others act once per round.
     stream = agent.stream() if isinstance(agent, StreamingAgent) else None
     bar = tqdm(total=num_episodes, desc=f"rollout {env_id}", disable=not progress, leave=False)
+    # Episodes of an LLM on a CPU end minutes apart: steps and tokens show life in between.
+    steps_played, tokens_generated, shown_at = 0, 0, 0.0
 
     def free(slot: _Slot) -> None:
         slot.task, slot.episode, slot.pending, slot.ready = None, None, "", False
@@ -311,6 +317,12 @@ def collect(
             for slot, decision in decided:
                 slot.decision = decision
                 send(slot, TakeStep(decision.action), step_timeout_s)
+                steps_played += 1
+                tokens_generated += len(decision.action_token_ids)
+            if decided and time.perf_counter() - shown_at >= PROGRESS_INTERVAL_S:
+                shown_at = time.perf_counter()
+                rate = tokens_generated / (shown_at - start)
+                bar.set_postfix_str(f"{steps_played} steps, {rate:.1f} tok/s")
             busy = [slot for slot in slots if slot.pending]
             generating = stream is not None and len(stream) > 0
             if not busy:

@@ -1160,6 +1160,32 @@ def format_summary(run: str, method: str, rows: Sequence[Mapping[str, Any]]) -> 
     return "\n".join(lines)
 
 
+# Policies this large take tens of minutes per training step on a CPU (smollm2-135m,
+# docs/running.md); `tiny` and `small` take seconds.
+SLOW_ON_CPU_PARAMETERS = 50_000_000
+
+
+def plan_line(cfg: RunConfig, env_id: str, policy: LoadedModel | None) -> str:
+    """What the run will do, printed before it starts: model, steps, rollouts, evaluation
+    episodes and device, and on a CPU with a large policy that it takes tens of minutes."""
+    episodes = cfg.eval_episodes * len(eval_splits(cfg, env_id))
+    if trains(cfg):
+        settings = trainer_configs(cfg)[cfg.trainer][1]
+        rollouts = settings.num_tasks * settings.group_size
+        work = (
+            f"train {cfg.model} on {env_id} with {cfg.trainer} + {cfg.credit}: "
+            f"{records.plural(settings.iterations, 'step')} of {rollouts} rollouts "
+            f"(G = {settings.group_size}), then evaluate {records.plural(episodes, 'episode')}"
+        )
+    else:
+        work = f"evaluate {cfg.model} on {env_id}: {records.plural(episodes, 'episode')}"
+    line = f"{work}, on {cfg.device}"
+    parameters = 0 if policy is None else policy.model.num_parameters()
+    if torch.device(cfg.device).type == "cpu" and parameters >= SLOW_ON_CPU_PARAMETERS:
+        line += f"; a {parameters / 1e6:.0f} M-parameter policy on a CPU: expect tens of minutes"
+    return line
+
+
 class IncompleteRunError(RuntimeError):
     """A run whose evaluation lost episodes: it is left unfinished, to be resumed."""
 
@@ -1181,6 +1207,7 @@ def run(cfg: RunConfig) -> Path:
                 if cfg.model in SCRIPTED_AGENTS
                 else load_policy(cfg.model, cfg.device, model_dtype(cfg))
             )
+            print(plan_line(cfg, env_id, policy), flush=True)
             return run_in(cfg, env_id, prepare_run_dir(cfg), policy)
         except BaseException:
             # A run that fails before producing anything (a bad model path) leaves no folder
