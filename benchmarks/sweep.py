@@ -31,6 +31,9 @@ go on. On a cluster every node must see `--out` (shared storage), so it must be 
 Each run holds its folder's lock while it runs (`benchmarks/lock.py`), so two sweeps over
 one grid never write the same run: a run another process holds is reported in one line,
 skipped, and counted as not done (exit status 1; rerun the sweep once the other ended).
+A run folder holding a damaged file (`benchmarks/records.py`) is reported the same way
+when its run starts, or, found while checking which runs are finished, stops the sweep in
+one line (exit status 2).
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ from typing import Any, Literal
 import ray
 import tyro
 
+from agents.atomic import DamagedFileError
 from agents.rollout import close_workers
 from benchmarks import leaderboard
 from benchmarks.cli import UsageError, exit_on_usage_error, lookup, suggest
@@ -164,7 +168,9 @@ def run_local(configs: Sequence[RunConfig], sweep: SweepConfig) -> list[str]:
         print(f"[{number}/{len(configs)}] {run_name(config)}: running", flush=True)
         try:
             run(config)
-        except LockHeldError as error:  # another sweep or terminal is running it: go on
+        # Another sweep or terminal is running it, or its folder holds a damaged file: one
+        # line each (the message says what to do), and the sweep goes on.
+        except (LockHeldError, DamagedFileError) as error:
             print(f"[{number}/{len(configs)}] {run_name(config)}: skipped, {error}", flush=True)
             failures.append(f"{run_name(config)}: {error}")
         except Exception as error:  # one broken run must not stop a long sweep
@@ -266,7 +272,10 @@ def main(argv: list[str] | None = None) -> int:
         # A Ray task checks its device where it runs: the driver (a cluster's head
         # node) may have no GPU. The device is not part of a run's identity.
         validate(dataclasses.replace(config, device="cpu") if sweep.executor == "ray" else config)
-    finished = [is_finished(config) for config in configs]
+    try:
+        finished = [is_finished(config) for config in configs]
+    except DamagedFileError as error:  # a run folder's records: one line, exit 2
+        raise UsageError(str(error)) from error
     print(f"{len(configs)} runs, {sum(finished)} finished")
     todo = []
     for number, (config, done) in enumerate(zip(configs, finished, strict=True), start=1):

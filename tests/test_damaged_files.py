@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from agents.atomic import DamagedFileError, cut_torn_tail, jsonl_records
-from benchmarks import leaderboard, records
+from benchmarks import leaderboard, records, sweep
 from benchmarks.run import main
 from trainers.checkpoint import (
     MetricsLog,
@@ -203,3 +203,31 @@ def test_training_resumes_from_the_newest_checkpoint_that_loads(tmp_path, capsys
         assert main(argv) == 2
     assert one_error_line(capsys).startswith("error: none of the 2 checkpoints")
     assert caplog.text.count("cannot be loaded") == 2
+
+
+def damage_middle_line(path: Path) -> None:
+    lines = path.read_text().splitlines(keepends=True)
+    path.write_text("".join([lines[0], "{torn\n", *lines[1:]]))
+
+
+def test_a_sweep_stops_on_a_damaged_finished_run_and_skips_a_damaged_unfinished_one(
+    tmp_path, capsys
+):
+    config = tmp_path / "sweep.toml"
+    config.write_text(
+        '[common]\nenv = "keydoor"\ncredit = "none"\nmodel = "random"\neval_episodes = 2\n'
+        "sample_group_size = 0\n\n[[grid]]\nseed = [0]\n"
+    )
+    argv = ["--config", str(config), "--out", str(tmp_path / "runs"), "--no-leaderboard"]
+    assert sweep.main(argv) == 0
+    (run_dir,) = records.run_dirs(tmp_path / "runs")
+    damage_middle_line(run_dir / records.EPISODES_FILE)
+    capsys.readouterr()
+    assert sweep.main(argv) == 2  # checking which runs are finished reads the damage
+    assert one_error_line(capsys).startswith(f"error: {run_dir / records.EPISODES_FILE}:2:")
+
+    (run_dir / records.DONE_FILE).unlink()  # unfinished: the run itself meets the damage
+    assert sweep.main(argv) == 1
+    printed = capsys.readouterr()
+    assert f"skipped, {run_dir / records.EPISODES_FILE}:2: damaged record" in printed.out
+    assert "Traceback" not in printed.err
