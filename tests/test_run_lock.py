@@ -61,9 +61,11 @@ def test_the_lock_of_a_killed_holder_is_released_by_the_kernel(tmp_path):
         assert str(os.getpid()) in lock_file.read_text()
 
 
-@pytest.mark.slow  # two fresh interpreters playing 200 episodes
+@pytest.mark.slow  # two fresh interpreters, one playing 500 episodes
 def test_two_identical_runs_started_together_one_refuses_and_no_episode_is_doubled(tmp_path):
-    episodes = 200
+    # Enough episodes (~20 s) that the first to take the lock still holds it when the other,
+    # slowed by a loaded machine, has imported torch and reaches it.
+    episodes = 500
     argv = [sys.executable, "-m", "benchmarks.run", "--env", "keydoor", "--model", "random"]
     argv += ["--credit", "none", "--eval-episodes", str(episodes), "--out", str(tmp_path)]
     processes = [
