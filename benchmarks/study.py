@@ -60,7 +60,7 @@ MIN_SEEDS_FOR_VERDICT = 3
 # The level of every test in the report; within a Holm family, of the whole family.
 ALPHA = 0.05
 # Two methods "tie" only when TOST shows their mean final success within this many
-# (fractions of) success of each other, a margin stated before the re-run (issue 31):
+# (fractions of) success of each other, a margin stated before the re-run:
 # 10 percentage points. A run's final success is measured on 64 held-out episodes, whose
 # binomial standard error alone reaches 6.25 points; a smaller gap is within what one
 # run's evaluation cannot resolve, and not one a reader would choose a method by.

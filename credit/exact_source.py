@@ -16,7 +16,7 @@ step's commands (`credit.exact_hindsight.step_trie`):
   has probability 0 under both: `trie_divergences`).
 
 So `hcapo` against `hcapo_exact` (or `hcapo_seed` / `hp_rlvr` against theirs) differs
-only in the model's read of the outcome (issue 32; Harutyunyan et al. 2019, arXiv
+only in the model's read of the outcome (docs/exact_hindsight.md; Harutyunyan et al. 2019, arXiv
 1912.02503, for the hindsight distribution; Tan et al. 2026, arXiv 2603.08754, and
 docs/methods.md for the formulas). Exact hindsight conditions on the verdict alone: what
 HP-RLVR's block adds (the realised future) is not conditioned on.

@@ -78,7 +78,7 @@ register_env(
         # cut the final reward, the only one the first action controls.
         max_episode_steps=10,
         # Success split by forecast: a policy stuck on one choice wins half of the
-        # episodes overall and all of one forecast's (issue 31).
+        # episodes overall and all of one forecast's.
         task_type_key="forecast",
         markov=True,
         in_process=True,

@@ -103,7 +103,7 @@ def test_rule_based_generalised_seed_rules_by_hand():
     np.testing.assert_allclose(output.step_advantages[0], [-0.5, 2.0, 3.0])
     # failure: key +1; non-key with positive reward keeps it; non-key penalty -0.6 - 0.5.
     np.testing.assert_allclose(output.step_advantages[1], [1.0, 0.5, -1.1], rtol=1e-6)
-    # The verdict is the channel's (credit.base.verdict, return > 0; issue 31): the env's
+    # The verdict is the channel's (credit.base.verdict, return > 0): the env's
     # failure paid 0.4 is a success there, and its key step gets the success bonus.
     paid = scripted_trajectory("g", [0.0, 0.5, -0.1], False, key_steps=[True, False, False])
     np.testing.assert_allclose(RuleBased()([paid]).step_advantages[0], [2.0, 0.5, -0.6], rtol=1e-6)

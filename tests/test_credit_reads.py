@@ -1,4 +1,4 @@
-"""Every registered credit module reads only what its class declares (`reads`, issue 31).
+"""Every registered credit module reads only what its class declares (`reads`).
 
 Each module is handed trajectories whose undeclared fields raise when read
 (`credit.base.READS` names the fields of each kind); one that touches an undeclared

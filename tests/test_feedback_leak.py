@@ -1,5 +1,5 @@
 """The final feedback of KeyDoor, Umbrella and SysDiag states the verdict, never which step
-mattered (issue 31).
+mattered.
 
 The hindsight credit modules show the env's final feedback to the policy (credit/
 hindsight.py). Feedback that names the causal step ("it needed the key from the room",
@@ -151,7 +151,7 @@ def test_final_feedback_states_the_verdict_and_no_causal_label(env_name: str) ->
         assert SOLVED in text, f"{episode.name}: {episode.feedback!r}"
 
 
-# The old feedback of each env (before issue 31), one sentence per ending, with the
+# The old feedback of each env, one sentence per ending, with the
 # words that named the cause.
 OLD_TEXT = {
     "keydoor": ("needed the key from the room, and you took the", "holding the key from the room"),

@@ -73,7 +73,7 @@ def test_a_distractor_makes_the_door_pay_nothing_and_no_step_is_key() -> None:
     reward, terminated, truncated, info = steps[-1]
     assert reward == 0.0 and terminated and not truncated and not info["success"]
     assert not any(step_info["key_step"] for *_, step_info in steps)
-    # The feedback states the verdict, not what should have been taken (issue 31).
+    # The feedback states the verdict, not what should have been taken.
     assert info["feedback"] == "The door stayed locked: not solved."
 
 

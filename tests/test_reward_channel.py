@@ -1,5 +1,5 @@
 """Reward channels (agents/trajectory.py): the signal credit and training see, and the
-verdict modules read off it (credit.base.verdict; docs/credit.md, issue 31 item 2)."""
+verdict modules read off it (credit.base.verdict; docs/credit.md)."""
 
 from __future__ import annotations
 

@@ -82,7 +82,7 @@ class KeyDoorEnv(gym.Env[str, str]):
         max_steps: step limit; None gives delay + 2 + `DOOR_SLACK` (the expert needs
             delay + 2 steps).
         causal_feedback: the final feedback names the step that mattered ("it needed the
-            key from the room, and you took the lamp instead"), as before issue 31; off,
+            key from the room, and you took the lamp instead"), as in the earlier text; off,
             it states the verdict only. A hindsight credit module shown the causal text
             reads the env's label instead of assigning credit.
         render_mode: None or "ansi" (the last observation).
@@ -203,7 +203,7 @@ class KeyDoorEnv(gym.Env[str, str]):
         return f"Step limit ({self.max_steps}) reached before the door was opened: not solved."
 
     def _causal_feedback(self, state: KeyDoorState, outcome: Outcome) -> str:
-        """The feedback before issue 31, which names the room's choice as the cause."""
+        """The earlier feedback, which names the room's choice as the cause."""
         # What was carried never changes after the room, where `reached` shows the pick.
         carried = state.holding if outcome.reached is None else outcome.reached.holding
         taken = "nothing" if carried == NOTHING else f"the {carried}"

@@ -47,7 +47,7 @@ INSTANCES_PER_FAMILY = 100_000  # seeds draw n in [0, this); task ids accept any
 CACHE_MAX_COMMAND_CHARS = 256
 
 # Final feedback per way an episode ends: the verdict and what the host showed, never the
-# root cause, which would hand a hindsight credit module the env's label (issue 31).
+# root cause, which would hand a hindsight credit module the env's label.
 FEEDBACK = {
     "fixed": "Fixed and verified: the service works again. Solved.",
     "reboot_cleared": (
@@ -57,7 +57,7 @@ FEEDBACK = {
     "reboot_persisted": "The host was rebooted and the fault persisted: not solved.",
     "step_limit": "Step limit ({limit}) reached; the fault is still present: not solved.",
 }
-# The feedback before issue 31 (`causal_feedback=True`): each names the root cause.
+# The earlier feedback (`causal_feedback=True`): each names the root cause.
 CAUSAL_FEEDBACK = {
     "fixed": "Fixed and verified. The root cause: {root_cause}.",
     "reboot_cleared": (
@@ -125,7 +125,7 @@ class SysDiagEnv(gym.Env[str, str]):
         reboot_reward: what a reboot that clears a transient fault's symptoms pays, in
             [0, `SUCCESS_REWARD`]; 0 takes away the one-step trap (a policy that always
             reboots scores 0.3 on two of three faults of the study at the default).
-        causal_feedback: the final feedback names the root cause, as before issue 31;
+        causal_feedback: the final feedback names the root cause, as in the earlier text;
             off, it states the verdict and what the host showed. A hindsight credit
             module shown the root cause reads the env's label instead of assigning credit.
         render_mode: None or "ansi" (the last command and its output).

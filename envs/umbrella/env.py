@@ -81,7 +81,7 @@ class UmbrellaEnv(gym.Env[str, str]):
             bsuite draws one per episode; otherwise it comes from the reset seed and a
             whole group shares it (G rollouts, one forecast context).
         causal_feedback: the final feedback says that the first choice alone decided
-            the reward, as before issue 31; off, it states the verdict and the weather
+            the reward, as in the earlier text; off, it states the verdict and the weather
             only. A hindsight credit module shown the causal text reads the env's label
             instead of assigning credit.
         render_mode: None or "ansi" (the last observation).
@@ -217,7 +217,7 @@ class UmbrellaEnv(gym.Env[str, str]):
         return f"You reached work {weather}; the final reward was {verdict}."
 
     def _causal_feedback(self, state: UmbrellaState, command: str | None, outcome: Outcome) -> str:
-        """The feedback before issue 31, which says the first choice alone decided."""
+        """The earlier feedback, which says the first choice alone decided."""
         forecast = forecast_name(state.rain)
         took = carries_umbrella(state, command)
         choice = "took the umbrella" if took else "left the umbrella at home"
