@@ -35,11 +35,11 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import gymnasium as gym
-from tqdm import tqdm
 
 from agents.base import Agent, AgentAction, StreamingAgent
 from agents.episode import EpisodeRecorder
 from agents.parsing import is_valid_action
+from agents.progress import LiveBar
 from agents.trajectory import Trajectory
 from agents.workers import (
     EnvWorker,
@@ -235,7 +235,7 @@ def collect(
     # Agents that take steps one by one (LLMs: continuous batching) get each env's
     # next step as soon as its observation is back; others act once per round.
     stream = agent.stream() if isinstance(agent, StreamingAgent) else None
-    bar = tqdm(total=num_episodes, desc=f"rollout {env_id}", disable=not progress, leave=False)
+    bar = LiveBar(total=num_episodes, desc=f"rollout {env_id}", disable=not progress, leave=False)
     # Episodes of an LLM on a CPU end minutes apart: steps and tokens show life in between.
     steps_played, tokens_generated, shown_at = 0, 0, 0.0
 

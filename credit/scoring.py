@@ -18,7 +18,11 @@ verifier feedback). The engine does this for many steps at once:
   from generation takes its distributions from the kept output-layer inputs;
 - `torch.no_grad`, `model.eval()` during scoring and the previous mode restored after, so
   it works on a model that is being trained, and on peft (LoRA) wrappers, which forward
-  `logits_to_keep` to the wrapped causal LM.
+  `logits_to_keep` to the wrapped causal LM;
+- a call that lasts more than two seconds shows a bar on stderr, views scored of the
+  total, advanced chunk by chunk, its elapsed time redrawn every second
+  (`agents.progress.LiveBar`): HP-RLVR's scoring of one ALFWorld batch takes minutes on
+  a CPU.
 
 A `ScoreMemo` keeps every view's scores across calls for one set of weights, so modules
 that score the same views (variants of one method that only post-process the scores,
@@ -46,6 +50,7 @@ from agents.generation_cache import (
     parameter_fingerprint,
 )
 from agents.models import LoadedModel
+from agents.progress import SHOW_AFTER_S, LiveBar
 from agents.trajectory import Trajectory
 from credit.views import TeacherForced, causal_view
 
@@ -54,6 +59,9 @@ DEFAULT_MEMORY_BUDGET_BYTES = 1 << 30
 LN2 = math.log(2.0)
 # Padded tokens allowed per real token in one chunk (see `_chunks`).
 MAX_PADDING = 1.1
+# The progress bar of a scoring call; its unit is one view run through the model (in
+# `score_divergence` a step's pair counts once: its hindsight view, the causal one with it).
+SCORING_LABEL = "hindsight scoring"
 
 
 @dataclass(frozen=True)
@@ -110,6 +118,11 @@ class _EvalMode:
     def __exit__(self, *exc: object) -> None:
         self.no_grad.__exit__(*exc)
         self.model.train(self.was_training)
+
+
+def _scoring_bar(total: int) -> LiveBar:
+    """Views scored of `total`, on stderr once a call has lasted `SHOW_AFTER_S`."""
+    return LiveBar(total=total, desc=SCORING_LABEL, unit="view", leave=False, delay=SHOW_AFTER_S)
 
 
 def _row_cost_bytes(model: PreTrainedModel, length: int, num_actions: int) -> int:
@@ -303,13 +316,14 @@ def score_logprobs(
         for view, kept in zip(views, hidden, strict=True)
     ]
     run = [i for i, view in enumerate(views) if view.action_ids and hidden[i] is None]
-    with _EvalMode(loaded.model):
+    with _EvalMode(loaded.model), _scoring_bar(len(run)) as bar:
         for i, kept in enumerate(hidden):
             if kept is not None:
                 results[i] = _gather(_log_softmax_from_hidden(loaded, kept), views[i].action_ids)
         for chunk in _single_view_log_softmax(loaded, views, run, stored, memory_budget_bytes):
             for i, log_probs in chunk:
                 results[i] = _gather(log_probs, views[i].action_ids)
+            bar.update(len(chunk))
     return results
 
 
@@ -499,7 +513,8 @@ def prefetch(
         shared = min(shared_prefix_length(fitted[0], h) for h in fitted[1:])
         if shared:
             rows.setdefault(len(hindsight), []).append((causal, hindsight, shared))
-    with _EvalMode(loaded.model):
+    total = sum(len(hindsight) for group in rows.values() for _, hindsight, _ in group)
+    with _EvalMode(loaded.model), _scoring_bar(total) as bar:
         for group in rows.values():
             fitted = [tuple(fit_to_model(loaded, [c, *hs])) for c, hs, _ in group]
             costs = [
@@ -524,6 +539,7 @@ def prefetch(
                         scores = _paired_scores(log_p, log_q, causal.action_ids)
                         memo.pairs[(causal, view)] = scores
                         memo.logprobs.setdefault(view, scores.hindsight_logprobs)
+                    bar.update(len(hindsight))
 
 
 def prefetch_modules(
@@ -635,13 +651,14 @@ def score_divergence(
         else (0, None)
         for c, h, kept, prefix in zip(causal, hindsight, hidden, prefixes, strict=True)
     ]
-    with _EvalMode(loaded.model):
+    with _EvalMode(loaded.model), _scoring_bar(len(scored)) as bar:
         for chunk in _single_view_log_softmax(
             loaded, hindsight, generated, stored, memory_budget_bytes
         ):
             for i, log_q in chunk:
                 log_p = _log_softmax_from_hidden(loaded, hidden[i])
                 results[i] = _paired_scores(log_p, log_q, causal[i].action_ids)
+            bar.update(len(chunk))
         for chunk in _chunks(costs, segments, order, memory_budget_bytes):
             shared = [i for i in chunk if prefixes[i] > 0]
             unshared = [i for i in chunk if prefixes[i] == 0]
@@ -659,4 +676,5 @@ def score_divergence(
                 )
             for i, (log_p, log_q) in distributions.items():
                 results[i] = _paired_scores(log_p, log_q, causal[i].action_ids)
+            bar.update(len(chunk))
     return results

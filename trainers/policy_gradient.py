@@ -56,11 +56,11 @@ from typing import Any, Literal
 import numpy as np
 import torch
 from peft import PeftModel
-from tqdm import tqdm
 
 from agents.llm import SamplingConfig
 from agents.logprobs import action_logprobs
 from agents.models import LoadedModel
+from agents.progress import LiveBar
 from agents.rollout import EnvWorkers
 from agents.trajectory import TokenBatch, Trajectory, return_channel
 from credit.base import CreditModule
@@ -418,7 +418,7 @@ class PolicyGradientTrainer(TrainerCore):
             trajectories, config.micro_batch_trajectories, config.micro_batch_tokens
         )
         # The update of a CPU run takes minutes: show it like the rollout and evaluation.
-        with tqdm(total=len(parts), desc="update", unit="micro-batch", leave=False) as bar:
+        with LiveBar(total=len(parts), desc="update", unit="micro-batch", leave=False) as bar:
             for part in parts:
                 micro = trajectories[part]
                 lengths = [
