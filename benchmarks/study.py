@@ -1,7 +1,8 @@
 """The reference study's report: `python -m benchmarks.study`.
 
-Reads the run folders of `benchmarks/configs/study.toml` (default `results/study/runs/`)
-and writes, next to them (`results/study/`):
+Reads the run folders of a study's sweep (`--runs`, default `results/study/runs/` of
+`benchmarks/configs/study.toml`; `--config` names the sweep config in the header) and
+writes, next to them (`results/study/`):
 
 - `runs.csv`: one line per trained run: task, method, seed, final success, area under the
   learning curve, rollouts and training seconds to reach 50 % / 80 % success, the
@@ -20,6 +21,11 @@ and writes, next to them (`results/study/`):
   `learning_curves.png` (success against rollouts) and `learning_curves_wallclock.png`
   (against training seconds), `zero_variance_groups.png` (each run's observed fraction of
   zero-variance groups against the prediction from its own success rate).
+
+With `--calibration` it writes `calibration.md` instead of `study.md` (and runs.csv):
+per setting the oracle's final success with its interval against `CALIBRATION_BAR`,
+success per task type (Umbrella's forecast), and GRPO on the same channel beside it
+(`calibration_table`; docs/instruments.md, "Calibration").
 
 Area under the curve: the trapezoid area of held-out success over rollouts used,
 divided by the rollouts of the last point, so 1.0 is a policy at 100 % from the start.
@@ -76,6 +82,10 @@ MIN_REPS = 100
 SCORE_RANGE = (0.0, 1.0)
 # The row above a task's oracles (credit.base.is_oracle): listed apart, never compared.
 ORACLE_HEADING = "*oracles (read ground truth; never ranked):*"
+# An instrument setting is calibrated when the oracle (credit/oracle.py: the exact advantage
+# of the current policy) reaches this final success within the study's budget: below it,
+# the setting measures what the policy and budget cannot learn, not credit assignment.
+CALIBRATION_BAR = 0.8
 # The option that sets each instrument's horizon, and how the report names it.
 HORIZON_OPTIONS = {"KeyDoor-v0": "delay", "Umbrella-v0": "length"}
 
@@ -90,6 +100,11 @@ class StudyArgs:
     """Folder that receives runs.csv, study.md and the figures."""
     reps: int = stats.BOOTSTRAP_REPS
     """Bootstrap resamples per interval (at least 100)."""
+    config: Path | None = None
+    """The sweep config the run folders came from, named in the report's header."""
+    calibration: bool = False
+    """Write calibration.md (each oracle row against the 80 % bar, GRPO beside it) instead
+    of study.md and its figures."""
 
 
 def option(config: Mapping[str, Any], key: str) -> Any:
@@ -526,20 +541,128 @@ def _p(value: float) -> str:
     return "–" if math.isnan(value) else f"{value:.2g}" if value < 0.01 else f"{value:.2f}"
 
 
+def provenance(source: Path, out: Path, config: Path | None, calibration: bool = False) -> str:
+    """The report's first sentence: the command that built it and where its runs came from."""
+    command = f"python -m benchmarks.study --runs {source} --out {out}"
+    if config is not None:
+        command += f" --config {config}"
+    if calibration:
+        command += " --calibration"
+    origin = f"the sweep `{config}`" if config is not None else f"`{source}`"
+    return f"Built by `{command}` from the run folders of {origin}; do not edit by hand."
+
+
+def type_success(runs: Sequence[records.RunData]) -> pd.DataFrame:
+    """Final success per task type (Umbrella's forecast, SysDiag's fault family): one line
+    per trained run and type; empty for envs whose episodes carry no type."""
+    lines = []
+    for run in runs:
+        if run.training is None or not run.curve:
+            continue
+        test = [e for e in run.episodes if e.index < run.config["eval_episodes"] and e.task_type]
+        for kind in sorted({e.task_type for e in test}):
+            lines.append(
+                {
+                    "task": run.env,
+                    "method": method_name(run.config),
+                    "seed": run.seed,
+                    "type": kind,
+                    "success": float(np.mean([e.success for e in test if e.task_type == kind])),
+                }
+            )
+    return pd.DataFrame(lines, columns=["task", "method", "seed", "type", "success"])
+
+
+def calibration_table(
+    frame: pd.DataFrame, summary: pd.DataFrame, by_type: pd.DataFrame
+) -> pd.DataFrame:
+    """Per task and oracle row (credit.base.is_oracle): its final success with the headline
+    interval, the verdict against `CALIBRATION_BAR`, its success per task type, and GRPO on
+    the same reward channel (None where the folder has no such row).
+
+    Verdict: "passes" when the interval's low end is at or above the bar; "passes on the
+    mean" when only the mean is (few seeds: the interval reaches below); "fails" when the
+    interval's high end is below it; else "below on the mean"."""
+    lines = []
+    cells = summary.set_index(["task", "method"])
+    oracle_rows = frame[frame.oracle][["task", "method", "channel"]].drop_duplicates()
+    for task, method, channel in oracle_rows.itertuples(index=False):
+        mean = cells.loc[(task, method), "final_success_mean"]
+        if mean.low >= CALIBRATION_BAR:
+            verdict = "passes"
+        elif mean.value >= CALIBRATION_BAR:
+            verdict = "passes on the mean"
+        elif mean.high < CALIBRATION_BAR:
+            verdict = "fails"
+        else:
+            verdict = "below on the mean"
+        grpo = BASELINE if channel == DEFAULT_REWARD_CHANNEL else f"{BASELINE} on {channel}"
+        types = by_type[(by_type.task == task) & (by_type.method == method)]
+        lines.append(
+            {
+                "task": task,
+                "method": method,
+                "seeds": int(cells.loc[(task, method), "seeds"]),
+                "final_success": mean,
+                "verdict": verdict,
+                "by_type": types.groupby("type").success.mean().to_dict(),
+                "baseline": cells.loc[(task, grpo), "final_success_mean"]
+                if (task, grpo) in cells.index
+                else None,
+                "baseline_seeds": int(cells.loc[(task, grpo), "seeds"])
+                if (task, grpo) in cells.index
+                else 0,
+            }
+        )
+    return pd.DataFrame(lines)
+
+
+def calibration_markdown(table: pd.DataFrame, header: str) -> str:
+    """calibration.md: one line per setting and oracle row."""
+    bar = f"{100 * CALIBRATION_BAR:.0f}"
+    lines = [
+        "# Calibration of the instruments",
+        "",
+        f"{header} A setting is calibrated when its oracle (credit that reads ground truth: "
+        "`oracle`, the exact advantage of the current policy on the run's channel; on "
+        "SysDiag, which has no exact MDP, `rule_based`, which reads the key-step labels) "
+        f"reaches {bar} % final success within the study's budget. Final success: held-out "
+        "evaluation after training, mean over seeds with the 95 % interval of "
+        "`benchmarks/study.py` (the hull of BCa and Student-t, clipped to [0, 100]; at two "
+        'seeds it is wide). Verdict: "passes" when the interval\'s low end is at or above '
+        f'{bar} %, "passes on the mean" when only the mean is, "fails" when the '
+        'interval\'s high end is below it, else "below on the mean". By type: final success '
+        "per task type "
+        "(Umbrella's forecast), mean over seeds. GRPO: the same setting and channel.",
+        "",
+        f"| setting | oracle row | seeds | final success % (mean [95 % CI]) | ≥ {bar} %? | "
+        "by type % | grpo seeds | grpo final success % |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for row in table.itertuples(index=False):
+        types = " / ".join(f"{kind} {100 * value:.0f}" for kind, value in row.by_type.items())
+        baseline = row.baseline.text(100) if row.baseline is not None else "–"
+        lines.append(
+            f"| {row.task} | {row.method} | {row.seeds} | {row.final_success.text(100)} | "
+            f"{row.verdict} | {types or '–'} | {row.baseline_seeds or '–'} | {baseline} |"
+        )
+    lines.append("")
+    return "\n".join(lines)
+
+
 def markdown(
     frame: pd.DataFrame,
     summary: pd.DataFrame,
     pairs: pd.DataFrame,
     trends: pd.DataFrame,
     untrained: Mapping[str, float],
-    source: Path,
+    header: str,
 ) -> str:
     """study.md."""
     lines = [
         "# The reference study",
         "",
-        f"Built by `python -m benchmarks.study --runs {source}` from the run folders of "
-        "`benchmarks/configs/study.toml`; do not edit by hand. Final success: held-out "
+        f"{header} Final success: held-out "
         "evaluation after training; AUC: area under the held-out learning curve over rollouts "
         "(1.0 = perfect from the start). Intervals of a mean: 95 % over seeds, the hull of a "
         "BCa bootstrap interval (Efron 1987) and a Student-t interval, clipped to [0, 100] "
@@ -661,12 +784,23 @@ def build(args: StudyArgs) -> pd.DataFrame:
     runs = records.load_runs(args.runs)
     frame = runs_table(runs)
     summary = task_summary(frame, args.reps)
-    pairs = improvement_pairs(frame, "final_success", args.reps)
-    trends = horizon_trends(frame)
+    header = provenance(args.runs, args.out, args.config, args.calibration)
+    if args.calibration:
+        table = calibration_table(frame, summary, type_success(runs))
+        if table.empty:
+            raise UsageError(f"no oracle run in {args.runs}: nothing to calibrate against")
+        args.out.mkdir(parents=True, exist_ok=True)
+        frame.to_csv(args.out / "runs.csv", index=False)
+        (args.out / "calibration.md").write_text(
+            calibration_markdown(table, header), encoding="utf-8"
+        )
+        return frame
     args.out.mkdir(parents=True, exist_ok=True)
     frame.to_csv(args.out / "runs.csv", index=False)
+    pairs = improvement_pairs(frame, "final_success", args.reps)
+    trends = horizon_trends(frame)
     (args.out / "study.md").write_text(
-        markdown(frame, summary, pairs, trends, baselines(runs), args.runs), encoding="utf-8"
+        markdown(frame, summary, pairs, trends, baselines(runs), header), encoding="utf-8"
     )
     horizon_figure(frame, summary, args.out / "credit_vs_horizon.png")
     curve_figure(runs, frame, "rollouts", args.out / "learning_curves.png")
@@ -682,8 +816,11 @@ def main(argv: list[str] | None = None) -> int:
         raise UsageError(f"--reps must be at least {MIN_REPS}, got {args.reps}")
     if not args.runs.is_dir():
         raise UsageError(f"no run folder {args.runs}: run the study's sweep first")
+    if args.config is not None and not args.config.is_file():
+        raise UsageError(f"no sweep config {args.config}")
     frame = build(args)
-    print(f"{len(frame)} runs over {frame.task.nunique()} tasks -> {args.out}/study.md")
+    report = "calibration.md" if args.calibration else "study.md"
+    print(f"{len(frame)} runs over {frame.task.nunique()} tasks -> {args.out}/{report}")
     return 0
 
 

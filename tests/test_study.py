@@ -17,9 +17,10 @@ from benchmarks.stats import Interval
 ENV_ID = "creditgym/KeyDoor-v0"
 
 
-def write_run(root, name, seed, credit, curve, success, group_size=8, delay=4):
+def write_run(root, name, seed, credit, curve, success, group_size=8, delay=4, typed=False):
     """A finished training run: 3 iterations of 32 rollouts (one optimiser step each, 10 s
-    each), a curve point after each, `success` of 4 final evaluation episodes."""
+    each), a curve point after each, `success` of 4 final evaluation episodes (with
+    `typed`, episodes alternate the task types rain and sunshine, rain first)."""
     run_dir = root / name
     run_dir.mkdir(parents=True)
     config = {
@@ -41,7 +42,7 @@ def write_run(root, name, seed, credit, curve, success, group_size=8, delay=4):
             env=ENV_ID,
             split="test",
             task_id=f"t{i}",
-            task_type="",
+            task_type=("rain", "sunshine")[i % 2] if typed else "",
             seed=i,
             method=credit,
             success=i < success,
@@ -251,3 +252,51 @@ def test_the_confirmatory_family_is_default_modules_against_grpo():
     assert not study.confirmatory("gigpo", "hcapo")
     assert not study.confirmatory("grpo", "hcapo [do_no_harm=false]")
     assert not study.confirmatory("grpo", "sft+grpo")
+
+
+def test_the_header_names_the_sweep_config_given(tmp_path):
+    runs = tmp_path / "runs"
+    write_run(runs, "g", 0, "grpo", [0.0, 0.5, 0.9, 1.0], 4)
+    config = tmp_path / "fair.toml"
+    config.write_text("[common]\n")
+    out = tmp_path / "report"
+    assert study.main(["--runs", str(runs), "--out", str(out), "--config", str(config)]) == 0
+    assert f"from the run folders of the sweep `{config}`" in (out / "study.md").read_text()
+    assert "study.toml" not in (out / "study.md").read_text()
+    assert study.main(["--runs", str(runs), "--config", str(tmp_path / "missing.toml")]) == 2
+
+
+def test_calibration_sets_each_oracle_row_against_the_bar_with_grpo_beside_it(tmp_path):
+    runs = tmp_path / "runs"
+    curve = [0.0, 0.5, 0.9, 1.0]
+    for seed in range(3):
+        # Delay 4: the oracle wins all 4 episodes on every seed, GRPO 2 of 4.
+        write_run(runs, f"o4{seed}", seed, "oracle", curve, 4, typed=True)
+        write_run(runs, f"g4{seed}", seed, "grpo", curve, 2, typed=True)
+        # Delay 1: the oracle wins 1 of 4 on every seed (only the first, a rain episode).
+        write_run(runs, f"o1{seed}", seed, "oracle", curve, 1, delay=1, typed=True)
+    # Delay 16: the oracle wins 3 of 4 on one seed and all on the other: mean 87.5, but two
+    # seeds' t-interval reaches far below 80 %.
+    write_run(runs, "o16a", 0, "oracle", curve, 3, delay=16)
+    write_run(runs, "o16b", 1, "oracle", curve, 4, delay=16)
+    out = tmp_path / "report"
+    assert study.main(["--runs", str(runs), "--out", str(out), "--calibration"]) == 0
+    assert not (out / "study.md").exists()
+    lines = {
+        line.split(" | ")[0]: line
+        for line in (out / "calibration.md").read_text().splitlines()
+        if line.startswith("| KeyDoor")
+    }
+    assert lines["| KeyDoor-v0[delay=4, variance=high, T=8]"].endswith(
+        "| oracle | 3 | 100.0 [100.0, 100.0] | passes | rain 100 / sunshine 100 | 3 | "
+        "50.0 [50.0, 50.0] |"
+    )
+    assert lines["| KeyDoor-v0[delay=1, variance=high, T=5]"].endswith(
+        "| oracle | 3 | 25.0 [25.0, 25.0] | fails | rain 50 / sunshine 0 | – | – |"
+    )
+    delay16 = lines["| KeyDoor-v0[delay=16, variance=high, T=20]"]
+    assert "| oracle | 2 | 87.5 [" in delay16 and "| passes on the mean | – | – | – |" in delay16
+    # A folder without an oracle row has nothing to calibrate against: one line, exit 2.
+    grpo_only = tmp_path / "grpo_only"
+    write_run(grpo_only, "g", 0, "grpo", curve, 2)
+    assert study.main(["--runs", str(grpo_only), "--out", str(out), "--calibration"]) == 2
