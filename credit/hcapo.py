@@ -121,7 +121,8 @@ def self_normalised_ratio(
 def importance_ratio(
     hindsight: Sequence[np.ndarray], causal: Sequence[np.ndarray], temperature: float
 ) -> np.ndarray:
-    """Seed 000's rho_t = exp(clamp(log p_hind(a_t) - log p(a_t), -5, 5)), shape [T]."""
+    """The seed variant's (`hcapo_seed`) rho_t = exp(clamp(log p_hind(a_t) - log p(a_t),
+    -5, 5)) of sequence log-probs, shape [T]."""
     del temperature
     log_ratio = np.array([float(h.sum() - c.sum()) for h, c in zip(hindsight, causal, strict=True)])
     log_ratio = np.nan_to_num(log_ratio, nan=0.0)

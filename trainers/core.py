@@ -45,10 +45,10 @@ from trainers.checkpoint import (
 )
 from trainers.curve import CurveLog, CurveSettings, evaluate_point
 
-# Models small enough that `finetune="auto"` trains every weight instead of a LoRA adapter.
 # Worker processes of a rollout when `num_envs` is None and the env runs in workers (the
 # trainers' fixed default before in-process envs; each worker is a whole process).
 WORKER_ENVS = 8
+# Models small enough that `finetune="auto"` trains every weight instead of a LoRA adapter.
 FULL_FINETUNE_MODELS = frozenset({"tiny", "small", "small-warm"})
 
 # Trainer counters saved in checkpoints and restored on resume.

@@ -28,8 +28,9 @@ the credit module and the group size):
    pass. The norm is clipped at `max_grad_norm`; the norm *before* clipping is logged.
 
 Models: LoRA through peft for pretrained models (the reference policy for the KL term is
-the same model with the adapter disabled, no second copy); full fine-tuning for `tiny`
-(the reference is then a frozen copy, affordable at that size).
+the same model with the adapter disabled, no second copy); full fine-tuning for the models
+in `trainers.core.FULL_FINETUNE_MODELS` (`tiny`, `small`, `small-warm`; the reference is
+then a frozen copy, affordable at that size).
 
 Group sizes: GRPO / GiGPO / HCAPO use G rollouts per task (default 8);
 HP-RLVR uses G = 1 with either G-times more tasks per step (`batching="equal_rollouts"`,
@@ -161,7 +162,8 @@ class PolicyGradientConfig:
     """Weight each trajectory equally (token-mean within a trajectory, then mean over
     trajectories) instead of the plain token mean over the minibatch."""
     finetune: Literal["auto", "lora", "full"] = "auto"
-    """auto = full fine-tuning for models in FULL_FINETUNE_MODELS (`tiny`), LoRA otherwise."""
+    """auto = full fine-tuning for models in FULL_FINETUNE_MODELS (`tiny`, `small`,
+    `small-warm`), LoRA otherwise."""
     lora: LoraSettings = field(default_factory=LoraSettings)
     """LoRA adapter settings (used when fine-tuning with LoRA)."""
     seed: int = 0

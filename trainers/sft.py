@@ -102,7 +102,8 @@ class SFTConfig:
     max_grad_norm: float = 1.0
     """Gradient-norm clip (the norm before clipping is logged)."""
     finetune: Literal["auto", "lora", "full"] = "auto"
-    """auto = full fine-tuning for `tiny`, LoRA otherwise."""
+    """auto = full fine-tuning for models in `trainers.core.FULL_FINETUNE_MODELS` (`tiny`,
+    `small`, `small-warm`), LoRA otherwise."""
     lora: LoraSettings = field(default_factory=LoraSettings)
     """LoRA adapter settings (used when fine-tuning with LoRA)."""
     seed: int = 0
