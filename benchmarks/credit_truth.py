@@ -209,9 +209,15 @@ class TaskTruth:
 
 
 def task_truth(
-    env: gym.Env, env_id: str, seed: int, policy: LoadedModel | None, args: CreditTruthArgs
+    env: gym.Env,
+    env_id: str,
+    seed: int,
+    policy: LoadedModel | None,
+    args: CreditTruthArgs,
+    memo: ScoreMemo | None = None,
 ) -> TaskTruth:
-    """Reset `env` with `seed`, describe its task as an MDP, and evaluate the policy on it."""
+    """Reset `env` with `seed`, describe its task as an MDP, and evaluate the policy on it
+    (the table's views kept in `memo`, where the exact-MDP modules read them again)."""
     _, info = env.reset(seed=seed)
     if not hasattr(env.unwrapped, "finite_mdp"):
         raise UsageError(f"{env_id} does not describe itself as a finite MDP (finite_mdp())")
@@ -220,7 +226,7 @@ def task_truth(
     if policy is None:
         table = uniform_policy(mdp, reachable_states(mdp))
     else:
-        table = llm_policy_table(rollout_agent(policy, args, args.seed), env_id, mdp)
+        table = llm_policy_table(rollout_agent(policy, args, args.seed), env_id, mdp, memo=memo)
     truth = evaluate_policy(mdp, table, args.gamma)
     return TaskTruth(str(info["task_id"]), table, truth, time.perf_counter() - start)
 
@@ -282,6 +288,22 @@ def sample_pool(
     ]
 
 
+def module_credits(
+    cls: type, context: CreditContext, pool: Sequence[Trajectory], size: int
+) -> list[np.ndarray]:
+    """Per-step credit ([T_i] each) of the first len(pool) // size * size trajectories.
+
+    A fresh module is called on the pool's consecutive disjoint batches of `size`
+    trajectories (whole groups) in turn, as a trainer would, so a stateful module carries
+    its state from batch to batch.
+    """
+    module = build(cls, context)
+    credits: list[np.ndarray] = []
+    for start in range(0, len(pool) - size + 1, size):
+        credits.extend(module(pool[start : start + size]).step_advantages)
+    return credits
+
+
 def score_module(
     module_name: str,
     context: CreditContext,
@@ -294,17 +316,15 @@ def score_module(
     exact = truths.exact_gradient()
     row: dict[str, float] = {}
     for size in sorted(batch_sizes):
-        module = build(cls, context)  # fresh per batch size: its state runs batch to batch
-        batches = [pool[start : start + size] for start in range(0, len(pool) - size + 1, size)]
-        estimates, credits_all, trajectories_all = [], [], []
-        for batch in batches:
-            credits = module(batch).step_advantages
-            estimates.append(gradient_estimate(batch, credits, truths))
-            credits_all.extend(credits)
-            trajectories_all.extend(batch)
+        credits = module_credits(cls, context, pool, size)
+        trajectories = pool[: len(credits)]
+        estimates = [
+            gradient_estimate(trajectories[s : s + size], credits[s : s + size], truths)
+            for s in range(0, len(credits), size)
+        ]
         stats = gradient_stats(np.stack(estimates), exact)
         if not row:  # correlations from the smallest batch size: the most batches
-            agreement = step_agreement(trajectories_all, credits_all, truths)
+            agreement = step_agreement(trajectories, credits, truths)
             row.update(
                 pearson=agreement.pearson,
                 spearman=agreement.spearman,
@@ -387,19 +407,41 @@ def plot(rows: Sequence[Mapping[str, Any]], args: CreditTruthArgs, title: str, p
     plt.close(figure)
 
 
-def score_value(
+@dataclass(frozen=True)
+class PreparedValue:
+    """One swept value's tasks, truth and pool, and the context modules are built from.
+
+    Attributes:
+        truths: every task's exact ground truth.
+        pool: the sampled trajectories (whole groups, `sample_pool`).
+        context: what a run offers a module; its `score_memo` holds every score (the
+            weights never change here), so each distinct view is scored once.
+        exact_return: the policy's expected return by dynamic programming (task mean).
+        sampled_return: the pool's mean return.
+    """
+
+    truths: TruthSet
+    pool: list[Trajectory]
+    context: CreditContext
+    exact_return: float
+    sampled_return: float
+
+
+def prepare_value(
     args: CreditTruthArgs,
     env_id: str,
     env_kwargs: Mapping[str, Any],
     policy: LoadedModel | None,
-    names: Sequence[str],
     sweep_value: int,
-) -> list[dict[str, Any]]:
-    """Ground truth, pool and every module's scores at one value of the swept option."""
+) -> PreparedValue:
+    """Ground truth of `args.tasks` tasks and a pool of the policy at one swept value."""
+    # One memo for the tables and every module and batch size: the weights never change
+    # here, so each distinct view is scored once.
+    memo = ScoreMemo()
     env = make_env(env_id, env_kwargs)
     try:
         task_truths = [
-            task_truth(env, env_id, args.seed + k, policy, args) for k in range(args.tasks)
+            task_truth(env, env_id, args.seed + k, policy, args, memo) for k in range(args.tasks)
         ]
     finally:
         env.close()
@@ -429,10 +471,8 @@ def score_value(
         f"in {sum(t.seconds for t in task_truths):.1f} s",
         flush=True,
     )
-    # One memo for every module and batch size: the weights never change here, so each
-    # distinct view is scored once (in one batched pass, its prompt prefix shared by the
-    # modules' views), and a batch size after the first reads its scores from the memo.
-    memo = ScoreMemo()
+    # In one batched pass, a view's prompt prefix shared by the modules' views; a batch
+    # size after the first reads its scores from the memo.
     context = CreditContext(
         policy=policy,
         history_len=0,
@@ -443,23 +483,37 @@ def score_value(
         env_kwargs=env_kwargs,
         sampling=None if policy is None else rollout_agent(policy, args, args.seed).config,
     )
+    return PreparedValue(truths, pool, context, exact_return, sampled_return)
+
+
+def score_value(
+    args: CreditTruthArgs,
+    env_id: str,
+    env_kwargs: Mapping[str, Any],
+    policy: LoadedModel | None,
+    names: Sequence[str],
+    sweep_value: int,
+) -> list[dict[str, Any]]:
+    """Ground truth, pool and every module's scores at one value of the swept option."""
+    prepared = prepare_value(args, env_id, env_kwargs, policy, sweep_value)
+    context, pool = prepared.context, prepared.pool
     if policy is not None:
         start = time.perf_counter()
         modules = [build(credit.resolve(name), context) for name in names]
-        views = prefetch_modules(memo, policy, modules, pool, history_len=0)
+        views = prefetch_modules(context.score_memo, policy, modules, pool, history_len=0)
         print(f"  {views} distinct views scored in {time.perf_counter() - start:.0f} s", flush=True)
     rows = []
     for name in names:
         start = time.perf_counter()
-        scores = score_module(name, context, pool, truths, args.batch_sizes)
+        scores = score_module(name, context, pool, prepared.truths, args.batch_sizes)
         seconds = time.perf_counter() - start
         rows.append(
             {
                 args.sweep_kwarg: sweep_value,
                 "module": name,
                 **scores,
-                "exact_return": exact_return,
-                "sampled_return": sampled_return,
+                "exact_return": prepared.exact_return,
+                "sampled_return": prepared.sampled_return,
                 "seconds": seconds,
             }
         )

@@ -51,7 +51,7 @@ from credit.exact_hindsight import (
     trie_divergences,
 )
 from credit.ground_truth import TableSource, exact_sources, task_truths
-from credit.hcapo import HCAPO, SEED_DEFAULTS
+from credit.hcapo import HCAPO, SEED_DEFAULTS, HCAPOSeed
 from credit.hp_rlvr import HPRLVR
 from credit.options import parse_options
 from credit.views import TeacherForced
@@ -196,3 +196,12 @@ class HPRLVRExact(ExactSource, HPRLVR):
             ]
             for traj in trajectories
         ]
+
+
+# Registered method name -> its exact-source class: what a decomposition of a method's
+# error (formula against model, benchmarks/decomposition.py) pairs.
+EXACT_CLASSES: dict[str, type] = {
+    HCAPO.name: HCAPOExact,
+    HCAPOSeed.name: HCAPOSeedExact,
+    HPRLVR.name: HPRLVRExact,
+}

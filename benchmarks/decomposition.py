@@ -1,0 +1,592 @@
+"""Formula or model: `python -m benchmarks.decomposition`.
+
+    python -m benchmarks.decomposition            # every setting, both models
+    python -m benchmarks.decomposition --settings keydoor:delay=4 --models small-warm
+
+HCAPO, its seed variant and HP-RLVR turn the policy's own hindsight, p(a | s, outcome),
+into credit. Their error against the exact advantage A(s, a) has two causes: the formula
+(how a hindsight ratio or divergence becomes an advantage) and the model (how well the
+policy reads the outcome). On an env that describes itself as a finite MDP the hindsight
+distribution is exact (Harutyunyan et al. 2019, arXiv 1912.02503;
+`credit.exact_hindsight`), so the two separate. Per setting (an env and one option, e.g.
+`keydoor:delay=4`) and per policy model, on one pool of that model's rollouts and that
+model's exact ground truth (`benchmarks.credit_truth.prepare_value`):
+
+1. each hindsight module twice, with the same formula and options: its `exact` source
+   (`credit.exact_source.EXACT_CLASSES`: exact per-token hindsight from the return-to-go
+   law) and its `model` source (the registered module: the policy's own hindsight pass).
+   Both are scored against A as `benchmarks.credit_truth` scores them (Pearson of credit
+   with A over every step, key-step sign agreement, mean cosine of one batch's gradient
+   with the exact gradient; `credit.truth_metrics`). The exact row measures the formula;
+   the drop from it to the model row measures the model;
+2. the model's hindsight calibration over the pool's visited steps (an estimate of E_s
+   under the policy's visit distribution): KL(h_exact(. | s_t, V) || h_model(. | s_t, V)),
+   with h_model the constrained distribution over the state's commands that the model
+   gives under HCAPO's hindsight prompt (the verdict V of the episode and its final
+   action; `credit.ground_truth.trie_action_logprobs` at the rollout's sampling settings,
+   as the policy table is built), beside KL(h_exact || pi) (what ignoring the outcome
+   would cost); and the agreement of the ratios h / pi at the taken action: Pearson of
+   log(h_model / pi) with log(h_exact / pi), and the fraction of steps with
+   |log(h_exact / pi)| > `RATIO_SIGN_TOL` whose model log-ratio has the same sign.
+
+Standard errors: the correlations, sign agreements and KLs by a bootstrap over the pool's
+groups (`--bootstrap` resamples; steps of one group share a task and the env's draws, so
+they are not independent), the cosine as the standard deviation over batches / sqrt(batches).
+
+Writes `<out>/cells.jsonl` (one record per setting and model, fsynced: an interrupted run
+keeps every finished cell), and from it `<out>/decomposition.csv` and `.md` (with the
+command) after every cell. The same command run again skips the cells the record holds;
+a cell written with other numeric options is a usage error (`--fresh` starts afresh).
+One writer at a time (`benchmarks.lock`). Usage errors: one line, exit 2.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+import shlex
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import tyro
+
+import credit
+from agents.atomic import DamagedFileError, atomic_write_text
+from agents.models import LoadedModel
+from agents.trajectory import Trajectory
+from benchmarks import lock
+from benchmarks.cli import UsageError, exit_on_usage_error
+from benchmarks.credit_truth import (
+    CreditTruthArgs,
+    PreparedValue,
+    format_table,
+    load_policy,
+    module_credits,
+    parse_kwargs,
+    prepare_value,
+    validate,
+)
+from benchmarks.records import JsonlAppender, iter_jsonl
+from credit.base import build
+from credit.exact_source import EXACT_CLASSES, HCAPOExact
+from credit.ground_truth import trie_action_logprobs
+from credit.hcapo import HCAPO
+from credit.scoring import prefetch_modules, score_logprobs
+from credit.truth_metrics import (
+    cosine,
+    gradient_estimate,
+    pearson,
+    sign_agreement,
+    step_agreement,
+    true_advantages,
+)
+from credit.views import TeacherForced
+
+# Below this |log(h_exact / pi)| the outcome says nothing about the action (a forced step,
+# or an action with no effect on the verdict): no sign for the model's ratio to agree with.
+RATIO_SIGN_TOL = 1e-6
+CELLS_FILE = "cells.jsonl"
+STEM = "decomposition"
+SOURCES = ("exact", "model")
+
+
+@dataclass(frozen=True)
+class DecompositionArgs:
+    """Separate a hindsight method's formula error from its model's (exact hindsight)."""
+
+    settings: tuple[str, ...] = (
+        "keydoor:delay=1",
+        "umbrella:length=2",
+        "keydoor:delay=4",
+        "umbrella:length=4",
+        "keydoor:delay=8",
+        "umbrella:length=8",
+    )
+    """Instrument settings, each `env:key=value[,key=value]` (a finite-MDP env); run in
+    this order (cheapest first), each model in turn."""
+    models: tuple[str, ...] = ("small-warm", "smollm2-135m")
+    """Policy models; each is both the policy and the hindsight reader."""
+    pools: tuple[int, ...] = (128, 32)
+    """Trajectories per setting, one per model in the order of --models."""
+    modules: tuple[str, ...] = ("hcapo", "hcapo_seed", "hp_rlvr")
+    """Hindsight modules (each needs an exact-source class)."""
+    group_size: int = 8
+    """G: rollouts per group; the batch is one group (the most batches for the cosine)."""
+    tasks: int = 2
+    """Distinct tasks per setting; groups cycle through them."""
+    bootstrap: int = 200
+    """Resamples of the pool's groups for the standard errors."""
+    seed: int = 0
+    """Seed of the tasks, rollouts and bootstrap."""
+    out: Path = Path("results/decomposition")
+    """Folder of cells.jsonl, decomposition.csv and decomposition.md."""
+    fresh: bool = False
+    """Discard the cells already written and compute every one again."""
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One instrument setting: an env and the options it is made with."""
+
+    label: str
+    env: str
+    kwargs: Mapping[str, Any]
+
+
+def parse_setting(text: str) -> Setting:
+    """`keydoor:delay=4` -> Setting("keydoor:delay=4", "keydoor", {"delay": 4})."""
+    env, sep, options = text.partition(":")
+    if not sep or not env or not options:
+        raise UsageError(f"--settings takes env:key=value[,key=value], got {text!r}")
+    return Setting(text, env, parse_kwargs(options.split(",")))
+
+
+def truth_args(args: DecompositionArgs, setting: Setting, model: str, pool: int) -> CreditTruthArgs:
+    """The `benchmarks.credit_truth` configuration of one cell (its pool, truth and sampling)."""
+    key, value = next(iter(setting.kwargs.items()))
+    if not isinstance(value, int):
+        raise UsageError(
+            f"{setting.label}: the first option must be an integer (it seeds the pool)"
+        )
+    return CreditTruthArgs(
+        env=setting.env,
+        credit=",".join(args.modules),
+        model=model,
+        sweep_kwarg=key,
+        sweep=(value,),
+        env_kwargs=tuple(f"{k}={v}" for k, v in list(setting.kwargs.items())[1:]),
+        tasks=args.tasks,
+        pool=pool,
+        group_size=args.group_size,
+        batch_sizes=(args.group_size,),
+        seed=args.seed,
+    )
+
+
+def validate_args(args: DecompositionArgs) -> list[tuple[Setting, str, int]]:
+    """The cells (setting, model, pool) in run order; UsageError on any bad option."""
+    if len(args.pools) != len(args.models):
+        raise UsageError(f"--pools needs one size per model ({len(args.models)}), got {args.pools}")
+    if args.bootstrap < 2:
+        raise UsageError("--bootstrap must be >= 2")
+    for name in args.modules:
+        if name not in EXACT_CLASSES:
+            raise UsageError(
+                f"no exact-source class for {name!r}; valid: {', '.join(sorted(EXACT_CLASSES))}"
+            )
+    settings = [parse_setting(text) for text in args.settings]
+    for setting in settings:
+        validate(truth_args(args, setting, args.models[0], args.pools[0]))
+    for pool in args.pools:
+        if pool < 2 * args.group_size or pool % args.group_size:
+            raise UsageError(f"pool {pool} must be a multiple of --group-size, at least two groups")
+    return [
+        (setting, model, pool)
+        for model, pool in zip(args.models, args.pools, strict=True)
+        for setting in settings
+    ]
+
+
+def class_path(cls: type) -> str:
+    """`package.module:Class`, as `--credit` names a class that is not registered."""
+    return f"{cls.__module__}:{cls.__qualname__}"
+
+
+def group_blocks(pool: Sequence[Trajectory]) -> list[list[int]]:
+    """Indices of the pool's trajectories, one list per group (in pool order)."""
+    blocks: dict[str, list[int]] = {}
+    for index, trajectory in enumerate(pool):
+        blocks.setdefault(str(trajectory.group_id), []).append(index)
+    return list(blocks.values())
+
+
+def bootstrap_se(
+    blocks: Sequence[Sequence[int]],
+    statistic: Callable[[np.ndarray], float],
+    resamples: int,
+    rng: np.random.Generator,
+) -> float:
+    """Standard deviation of `statistic(indices)` over resamples of whole blocks.
+
+    Args:
+        blocks: index lists (the groups); a resample draws len(blocks) of them with
+            replacement and passes their indices, concatenated, to `statistic`.
+    Returns:
+        the standard error; NaN when fewer than two resamples give a finite value.
+    """
+    values = []
+    for _ in range(resamples):
+        chosen = rng.integers(0, len(blocks), size=len(blocks))
+        value = statistic(np.concatenate([np.asarray(blocks[k], dtype=np.int64) for k in chosen]))
+        if math.isfinite(value):
+            values.append(value)
+    return float(np.std(values, ddof=1)) if len(values) >= 2 else float("nan")
+
+
+def agreement_row(
+    prepared: PreparedValue,
+    credits: Sequence[np.ndarray],
+    batch_size: int,
+    resamples: int,
+    rng: np.random.Generator,
+) -> dict[str, float]:
+    """Pearson, key-step sign agreement and batch-gradient cosine with their errors."""
+    pool, truths = prepared.pool[: len(credits)], prepared.truths
+    agreement = step_agreement(pool, credits, truths)
+    advantages = [true_advantages(traj, truths.truth_of(traj)) for traj in pool]
+    keys = [np.array([step.key_step for step in traj.steps], dtype=bool) for traj in pool]
+
+    def concatenated(indices: np.ndarray, per_trajectory: Sequence[np.ndarray]) -> np.ndarray:
+        return np.concatenate([np.asarray(per_trajectory[i], dtype=np.float64) for i in indices])
+
+    def resampled_pearson(indices: np.ndarray) -> float:
+        return pearson(concatenated(indices, credits), concatenated(indices, advantages))
+
+    def resampled_sign(indices: np.ndarray) -> float:
+        key = concatenated(indices, keys).astype(bool)
+        return sign_agreement(
+            concatenated(indices, credits)[key], concatenated(indices, advantages)[key]
+        )
+
+    blocks = group_blocks(pool)
+    exact = truths.exact_gradient()
+    cosines = np.array(
+        [
+            cosine(
+                gradient_estimate(pool[s : s + batch_size], credits[s : s + batch_size], truths),
+                exact,
+            )
+            for s in range(0, len(pool), batch_size)
+        ]
+    )
+    cosines = cosines[np.isfinite(cosines)]
+    return {
+        "pearson": agreement.pearson,
+        "pearson_se": bootstrap_se(blocks, resampled_pearson, resamples, rng),
+        "key_sign": agreement.key_sign_agreement,
+        "key_sign_se": bootstrap_se(blocks, resampled_sign, resamples, rng),
+        "key_steps": float(agreement.key_steps),
+        "cos": float(cosines.mean()) if cosines.size else float("nan"),
+        "cos_se": float(cosines.std(ddof=1) / math.sqrt(cosines.size))
+        if cosines.size >= 2
+        else float("nan"),
+        "batches": float(cosines.size),
+    }
+
+
+@dataclass(frozen=True)
+class StepCalibration:
+    """The model's hindsight against the exact one at each visited step (arrays [N]).
+
+    Attributes:
+        kl_model: KL(h_exact || h_model) over the state's commands (nats).
+        kl_policy: KL(h_exact || pi) (nats): the cost of ignoring the outcome.
+        exact_log_ratio: log(h_exact(a_t) / pi(a_t)) at the taken command.
+        model_log_ratio: log(h_model(a_t) / pi(a_t)).
+    """
+
+    kl_model: np.ndarray
+    kl_policy: np.ndarray
+    exact_log_ratio: np.ndarray
+    model_log_ratio: np.ndarray
+
+
+def kl_divergence(p: np.ndarray, log_p: np.ndarray, log_q: np.ndarray) -> float:
+    """sum_c p_c (log p_c - log q_c) over p_c > 0 (inf where q_c = 0 < p_c)."""
+    support = p > 0
+    return float(np.sum(p[support] * (log_p[support] - log_q[support])))
+
+
+def calibration(prepared: PreparedValue, policy: LoadedModel) -> StepCalibration:
+    """`StepCalibration` of every step of the pool (see the module docstring, item 2).
+
+    h_model(c | s_t, V) is the policy's constrained distribution over s_t's commands
+    under HCAPO's hindsight prompt of the step (`HCAPO.hindsight_view_of`, the verdict V
+    and the final action shown), renormalised along the command trie at the rollout's
+    temperature and top-p; h_exact(c | s_t, V) and pi(c | s_t) come from the exact
+    return-to-go law of the policy's exact table (`HCAPOExact.step_tries`).
+    """
+    context = prepared.context
+    reader = build(HCAPO, context)
+    exact = build(HCAPOExact, context)
+    steps = [(traj, t) for traj in prepared.pool for t in range(traj.length)]
+    tries = exact.step_tries(steps)
+    views: list[TeacherForced] = []
+    for (traj, t), trie in zip(steps, tries, strict=True):
+        prompt = reader.hindsight_view_of(traj, t).context_ids
+        views.extend(TeacherForced(prompt, sequence) for sequence in trie.sequences)
+    scores = score_logprobs(policy, views, context.memory_budget_bytes, memo=context.score_memo)
+    sampling = context.sampling
+    columns: list[list[float]] = [[], [], [], []]
+    cursor = 0
+    for trie in tries:
+        count = len(trie.sequences)
+        log_model = trie_action_logprobs(
+            trie.sequences, scores[cursor : cursor + count], sampling.temperature, sampling.top_p
+        )
+        cursor += count
+        hindsight, pi = np.array(trie.hindsight), np.array(trie.policy)
+        with np.errstate(divide="ignore"):
+            log_h, log_pi = np.log(hindsight), np.log(pi)
+        taken = trie.taken
+        for column, value in zip(
+            columns,
+            (
+                kl_divergence(hindsight, log_h, log_model),
+                kl_divergence(hindsight, log_h, log_pi),
+                log_h[taken] - log_pi[taken],
+                log_model[taken] - log_pi[taken],
+            ),
+            strict=True,
+        ):
+            column.append(float(value))
+    return StepCalibration(*(np.array(column, dtype=np.float64) for column in columns))
+
+
+def calibration_row(
+    prepared: PreparedValue, steps: StepCalibration, resamples: int, rng: np.random.Generator
+) -> dict[str, float]:
+    """Means and agreements of `steps`, with bootstrap errors over the pool's groups."""
+    offsets = np.cumsum([0] + [traj.length for traj in prepared.pool])
+    step_blocks = [
+        list(range(offsets[group[0]], offsets[group[-1] + 1]))
+        for group in group_blocks(prepared.pool)
+    ]
+
+    def mean_of(values: np.ndarray) -> Callable[[np.ndarray], float]:
+        return lambda indices: float(values[indices].mean())
+
+    def ratio_pearson(indices: np.ndarray) -> float:
+        return pearson(steps.model_log_ratio[indices], steps.exact_log_ratio[indices])
+
+    def ratio_sign(indices: np.ndarray) -> float:
+        exact = steps.exact_log_ratio[indices]
+        signed = np.abs(exact) > RATIO_SIGN_TOL
+        if not signed.any():
+            return float("nan")
+        return float(
+            np.mean(np.sign(steps.model_log_ratio[indices][signed]) == np.sign(exact[signed]))
+        )
+
+    everything = np.arange(len(steps.kl_model))
+    row = {"steps": float(everything.size)}
+    for name, statistic in (
+        ("kl_model", mean_of(steps.kl_model)),
+        ("kl_policy", mean_of(steps.kl_policy)),
+        ("ratio_pearson", ratio_pearson),
+        ("ratio_sign", ratio_sign),
+    ):
+        row[name] = statistic(everything)
+        row[f"{name}_se"] = bootstrap_se(step_blocks, statistic, resamples, rng)
+    row["ratio_signed_steps"] = float(np.sum(np.abs(steps.exact_log_ratio) > RATIO_SIGN_TOL))
+    return row
+
+
+# The options a cell's numbers depend on (besides its setting, model and pool).
+NUMERIC_OPTIONS = ("modules", "group_size", "tasks", "bootstrap", "seed")
+
+
+def cell_config(args: DecompositionArgs, pool: int) -> dict[str, Any]:
+    """The options a cell's numbers depend on, as its JSON record reads back (lists)."""
+    options = {"pool": pool, **{name: asdict(args)[name] for name in NUMERIC_OPTIONS}}
+    return json.loads(json.dumps(options))
+
+
+def run_cell(
+    args: DecompositionArgs, setting: Setting, model: str, pool: int, policy: LoadedModel
+) -> dict[str, Any]:
+    """One record: every module with both sources, and the model's calibration."""
+    cell_args = truth_args(args, setting, model, pool)
+    env_id, _ = validate(cell_args)
+    start = time.perf_counter()
+    prepared = prepare_value(cell_args, env_id, dict(setting.kwargs), policy, cell_args.sweep[0])
+    context = prepared.context
+    readers = [build(credit.resolve(name), context) for name in args.modules]
+    views = prefetch_modules(context.score_memo, policy, readers, prepared.pool, history_len=0)
+    print(f"  {views} distinct views scored in {time.perf_counter() - start:.0f} s", flush=True)
+    rng = np.random.default_rng(args.seed)
+    rows = []
+    for name in args.modules:
+        for source, cls in zip(SOURCES, (EXACT_CLASSES[name], credit.resolve(name)), strict=True):
+            credits = module_credits(cls, context, prepared.pool, args.group_size)
+            rows.append(
+                {
+                    "module": name,
+                    "source": source,
+                    "credit": name if source == "model" else class_path(cls),
+                    **agreement_row(prepared, credits, args.group_size, args.bootstrap, rng),
+                }
+            )
+    steps = calibration(prepared, policy)
+    record = {
+        "setting": setting.label,
+        "model": model,
+        "config": cell_config(args, pool),
+        "exact_return": prepared.exact_return,
+        "sampled_return": prepared.sampled_return,
+        "rows": rows,
+        "calibration": calibration_row(prepared, steps, args.bootstrap, rng),
+        "seconds": time.perf_counter() - start,
+    }
+    print(f"  {setting.label} with {model}: {record['seconds']:.0f} s", flush=True)
+    return record
+
+
+def read_cells(path: Path) -> dict[tuple[str, str], dict[str, Any]]:
+    """(setting, model) -> its record; UsageError on a damaged file."""
+    if not path.exists():
+        return {}
+    try:
+        return {(record["setting"], record["model"]): record for record in iter_jsonl(path)}
+    except (DamagedFileError, KeyError, TypeError) as error:
+        raise UsageError(f"{path} cannot be resumed ({error}); pass --fresh") from error
+
+
+def plus_minus(value: float, error: float) -> str:
+    if not math.isfinite(value):
+        return "nan"
+    return f"{value:.2f} ± {error:.2f}" if math.isfinite(error) else f"{value:.2f}"
+
+
+def table_rows(cells: Sequence[Mapping[str, Any]]) -> tuple[list[dict], list[dict]]:
+    """The agreement rows and the calibration rows, flattened for the csv and the tables."""
+    agreement, calibrated = [], []
+    for cell in cells:
+        key = {"setting": cell["setting"], "model": cell["model"], "pool": cell["config"]["pool"]}
+        agreement.extend({**key, **row} for row in cell["rows"])
+        calibrated.append({**key, **cell["calibration"]})
+    return agreement, calibrated
+
+
+def markdown(cells: Sequence[Mapping[str, Any]], command: str) -> str:
+    """Two tables: agreement with A per source, and the model's calibration."""
+    if not cells:
+        return "No cell finished yet.\n"
+    agreement, calibrated = table_rows(cells)
+    wide: dict[tuple, dict[str, Any]] = {}
+    for row in agreement:
+        entry = wide.setdefault(
+            (row["setting"], row["model"], row["module"]),
+            {
+                "setting": row["setting"],
+                "model": row["model"],
+                "pool": str(row["pool"]),
+                "module": row["module"],
+            },
+        )
+        for metric in ("pearson", "key_sign", "cos"):
+            entry[f"{metric} {row['source']}"] = plus_minus(row[metric], row[f"{metric}_se"])
+    columns = ["setting", "model", "pool", "module"]
+    columns += [f"{m} {s}" for m in ("pearson", "key_sign", "cos") for s in SOURCES]
+    calibration_table = [
+        {
+            "setting": row["setting"],
+            "model": row["model"],
+            "steps": str(int(row["steps"])),
+            "KL(h_exact ‖ h_model)": plus_minus(row["kl_model"], row["kl_model_se"]),
+            "KL(h_exact ‖ pi)": plus_minus(row["kl_policy"], row["kl_policy_se"]),
+            "ratio pearson": plus_minus(row["ratio_pearson"], row["ratio_pearson_se"]),
+            "ratio sign": plus_minus(row["ratio_sign"], row["ratio_sign_se"]),
+            "signed steps": str(int(row["ratio_signed_steps"])),
+        }
+        for row in calibrated
+    ]
+    return (
+        "# Formula or model: hindsight credit with exact and with the model's hindsight\n\n"
+        f"Produced by `{command}` (method: benchmarks/decomposition.py, "
+        "docs/exact_hindsight.md). Value ± standard error (bootstrap over groups; the "
+        "cosine over batches of one group).\n\n"
+        "## Agreement with the exact advantage A (exact source / model source)\n\n"
+        f"{format_table(list(wide.values()), columns)}\n\n"
+        "## The model's hindsight against the exact one (visited steps)\n\n"
+        f"{format_table(calibration_table, list(calibration_table[0]))}\n"
+    )
+
+
+def write_tables(cells: Sequence[Mapping[str, Any]], out: Path, command: str) -> None:
+    agreement, calibrated = table_rows(cells)
+    buffer = io.StringIO()
+    for rows in (agreement, calibrated):
+        if rows:
+            writer = csv.DictWriter(buffer, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+            buffer.write("\n")
+    atomic_write_text(out / f"{STEM}.csv", buffer.getvalue())
+    atomic_write_text(out / f"{STEM}.md", markdown(cells, command))
+
+
+def run(args: DecompositionArgs, argv: Sequence[str]) -> Path:
+    """Every cell not yet written, in order; the tables rewritten after each."""
+    cells = validate_args(args)
+    try:
+        args.out.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise UsageError(f"--out {args.out} cannot be written: {error}") from error
+    path = args.out / CELLS_FILE
+    command = "python -m benchmarks.decomposition " + shlex.join(argv)
+    with lock.hold(lock.output_lock(args.out / STEM), str(path)):
+        if args.fresh and path.exists():
+            path.unlink()
+        done = read_cells(path)
+        for (setting, model), record in done.items():
+            pool = dict(zip(args.models, args.pools, strict=True)).get(model)
+            if pool is not None and record["config"] != cell_config(args, pool):
+                raise UsageError(
+                    f"{path}: {setting} with {model} was written with other options "
+                    f"({record['config']}); pass --fresh to recompute"
+                )
+        policies: dict[str, LoadedModel] = {}
+        with JsonlAppender(path) as appender:
+            for setting, model, pool in cells:
+                if (setting.label, model) in done:
+                    print(f"{setting.label} with {model}: kept from {path}")
+                    continue
+                if model not in policies:
+                    policies.clear()  # one model in memory at a time
+                    policies[model] = load_policy(truth_args(args, setting, model, pool))
+                print(f"{setting.label} with {model} (pool {pool}):", flush=True)
+                record = run_cell(args, setting, model, pool, policies[model])
+                appender.append(record)
+                done[(setting.label, model)] = record
+                write_tables(ordered(done, cells), args.out, command)
+        write_tables(ordered(done, cells), args.out, command)
+    print((args.out / f"{STEM}.md").read_text(encoding="utf-8"))
+    return args.out / f"{STEM}.md"
+
+
+def ordered(
+    done: Mapping[tuple[str, str], Mapping[str, Any]], cells: Sequence[tuple[Setting, str, int]]
+) -> list[Mapping[str, Any]]:
+    """The finished cells in run order."""
+    keys = [(setting.label, model) for setting, model, _ in cells]
+    return [done[key] for key in keys if key in done]
+
+
+@exit_on_usage_error
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of `python -m benchmarks.decomposition`."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = tyro.cli(
+        DecompositionArgs,
+        prog="python -m benchmarks.decomposition",
+        args=argv,
+        description=__doc__.split("\n")[0],
+    )
+    torch.set_num_threads(max(1, int(os.environ.get("OMP_NUM_THREADS", "1"))))
+    run(args, argv)
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    sys.exit(main())
