@@ -7,7 +7,7 @@ HCAPO (arXiv 2603.08754) and HP-RLVR (Chen et al. 2026) leave choices open
 (docs/hindsight_ablation.md): what the hindsight block shows and where it sits, HCAPO's
 temperature, clip, gamma^(T-t) factor, do-no-harm, length normalisation and whether
 the ratio is taken against the causal view, HP-RLVR's weight normalisation and eligible
-tokens. `VARIANTS` names each as (module, `--credit-option` pairs); every variant scores
+tokens. `VARIANTS` names each as (module, `--credit-options` pairs); every variant scores
 the SAME trajectories:
 
 - SysDiag, ALFWorld (`credit.evaluate.collect`: expert, noisy experts, random agent): the
@@ -84,7 +84,7 @@ class Variant:
     Attributes:
         name: the row's label (`module` alone for the defaults).
         module: registered credit module.
-        options: `--credit-option` pairs (`credit.options`), empty for the defaults.
+        options: `--credit-options` pairs (`credit.options`), empty for the defaults.
         what: the choice it changes, in words.
     """
 
@@ -243,7 +243,7 @@ def chosen_variants(args: AblationArgs) -> list[Variant]:
         raise UsageError("no variant left to score")
     for variant in chosen:
         try:
-            parse_options(credit.resolve(variant.module), variant.options)
+            parse_options(credit.resolve(variant.module).Options, variant.options)
         except (KeyError, ValueError) as error:
             raise UsageError(f"variant {variant.name}: {error}") from error
     return chosen
@@ -448,9 +448,9 @@ def collect_policy(args: AblationArgs, env_id: str, policy: LoadedModel) -> Coll
 def build_variant(variant: Variant, context: CreditContext) -> CreditModule:
     """The variant's module (`credit.build` with its options); hindsight modules read the
     context's shared memo, so views scored once serve every variant."""
-    return build(
-        credit.resolve(variant.module), dataclasses.replace(context, options=variant.options)
-    )
+    cls = credit.resolve(variant.module)
+    options = parse_options(cls.Options, variant.options)
+    return build(cls, dataclasses.replace(context, options=options))
 
 
 def variant_credits(

@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import gymnasium as gym
 import torch
@@ -55,7 +55,7 @@ from credit.base import (
     CreditModule,
     NonFiniteError,
 )
-from credit.options import parse_options, split_option
+from credit.options import canonical_texts, options_help, parse_options, split_option
 from envs.registry import DataFingerprint, EvalSplit
 from envs.sysdiag.faults import FAULT_FAMILIES
 from trainers.curve import CurveSettings
@@ -152,11 +152,15 @@ class RunConfig:
     """How grpo / gigpo compute their group statistics: creditgym's own way (default) or a
     peer's, to reproduce its numbers: trl, verl, verl-agent (gigpo: creditgym, verl-agent).
     docs/conventions.md has the table."""
-    credit_options: tuple[str, ...] = ()
-    """Constructor options of the credit module as key=value, e.g. `--credit-options
-    temperature=1 clip=0.5,2 gamma=1` (hcapo) or `eligible_tokens=action` (hp_rlvr); each
-    module lists its own (`options` in credit/hcapo.py, credit/hp_rlvr.py;
-    docs/hindsight_ablation.md). Named options enter the run's identity."""
+    # The help lists every option of every registered module, from its `Options` class.
+    credit_options: Annotated[
+        tuple[str, ...],
+        tyro.conf.arg(
+            metavar="KEY=VALUE [KEY=VALUE ...]",
+            help=options_help(credit.REGISTRY),
+            help_behavior_hint="(default: none named)",
+        ),
+    ] = ()
     reward_channel: RewardChannel = DEFAULT_REWARD_CHANNEL
     """The signal credit and training see (agents/trajectory.py, docs/credit.md): `return`,
     the env's reward at every step (KeyDoor: apples and door); `outcome`, 0 at every step
@@ -431,10 +435,12 @@ def run_identity(cfg: RunConfig) -> dict[str, Any]:
     identity["env"] = env_id_for(cfg.env)
     identity["group_size"] = group_size(cfg)
     identity["max_episode_steps"] = step_limit(cfg)
-    # Named credit options in a canonical order: the same options in another order are
-    # the same run.
-    if cfg.credit_options:
-        identity["credit_options"] = sorted(cfg.credit_options)
+    # Named credit options as parsed values: off their defaults, sorted, one spelling each
+    # (`credit.options.canonical_texts`), so `x=true`, `x=True` and `x=1` are one run and
+    # an option spelled out at its default is the run without it.
+    identity.pop("credit_options", None)
+    if canonical_credit_options(cfg):
+        identity["credit_options"] = list(canonical_credit_options(cfg))
     # Hash the resolved K, except the legacy 2 (how every earlier run prompted), so that
     # an unset K on a Markov env is a different run from K = 2 there, and old names hold.
     identity.pop("history_len", None)
@@ -615,7 +621,7 @@ def validate(cfg: RunConfig) -> None:
         credit_class(cfg.credit).conventions if cfg.credit != NO_CREDIT else (DEFAULT_CONVENTION,)
     )
     lookup(f"--credit-convention of {cfg.credit}", cfg.credit_convention, {c: c for c in offered})
-    credit_option_pairs(cfg)
+    credit_options_of(cfg)
     lookup("trainer", cfg.trainer, {name: name for name in TRAINER_NAMES})
     if cfg.eval_episodes < 0 or cfg.steps < 0 or group_size(cfg) < 1:
         raise UsageError("--eval-episodes and --steps must be >= 0 and --group-size >= 1")
@@ -725,18 +731,25 @@ def credit_class(name: str) -> type[CreditModule]:
         raise UsageError(str(error.args[0])) from error
 
 
-def credit_option_pairs(cfg: RunConfig) -> tuple[tuple[str, str], ...]:
-    """--credit-options as (key, value) pairs, checked against the module's `options`."""
+def credit_options_of(cfg: RunConfig) -> Any:
+    """--credit-options parsed, once, into the module's `Options` (`credit.options`); None
+    when none is named (the module's defaults)."""
     if not cfg.credit_options:
-        return ()
+        return None
     if cfg.credit == NO_CREDIT:
         raise UsageError("--credit-options needs a --credit module")
     try:
-        pairs = tuple(split_option(option) for option in cfg.credit_options)
-        parse_options(credit_class(cfg.credit), pairs)
+        pairs = [split_option(option) for option in cfg.credit_options]
+        return parse_options(credit_class(cfg.credit).Options, pairs)
     except ValueError as error:
-        raise UsageError(f"--credit-options: {error}") from error
-    return pairs
+        raise UsageError(f"--credit-options of {cfg.credit}: {error}") from error
+
+
+def canonical_credit_options(cfg: RunConfig) -> tuple[str, ...]:
+    """The run's credit options in their one spelling: `key=value` off the defaults,
+    sorted by key (`credit.options.canonical_texts`); () when every one is at its default."""
+    options = credit_options_of(cfg)
+    return () if options is None else canonical_texts(options)
 
 
 def build_credit(
@@ -745,7 +758,7 @@ def build_credit(
     history_len: int = 2,
     generation_cache_gib: float = 0.0,
     convention: str = DEFAULT_CONVENTION,
-    options: tuple[tuple[str, str], ...] = (),
+    options: Any = None,
     env_id: str | None = None,
     env_kwargs: Mapping[str, Any] | None = None,
     sampling: AgentConfig | None = None,
@@ -754,7 +767,8 @@ def build_credit(
     """Build a credit module (`credit.build`) from one context: the policy it may score
     with, the prompt history length (rebuilt prompts must match the rollout's), the
     generation-cache budget (0 where no trainer fills the cache), the convention of
-    its group statistics (docs/conventions.md), the options the user named, and the env,
+    its group statistics (docs/conventions.md), the options the user named (an instance
+    of the module's `Options`, `credit_options_of`; None: its defaults), and the env,
     rollout sampling and reward channel the exact-MDP oracles (`oracle`, `hca`) read."""
     context = CreditContext(
         policy=policy,
@@ -783,6 +797,23 @@ def training_sampling(cfg: RunConfig) -> AgentConfig:
     )
 
 
+def training_credit(cfg: RunConfig, env_id: str, policy: LoadedModel) -> CreditModule:
+    """The credit module a run trains with: its --credit with its --credit-convention and
+    --credit-options (parsed once, `credit_options_of`), on its env, sampling and channel."""
+    return build_credit(
+        cfg.credit,
+        policy,
+        prompt_history(cfg),
+        cfg.generation_cache_gib,
+        cfg.credit_convention,
+        credit_options_of(cfg),
+        env_id,
+        env_kwargs_for(cfg, env_id, None),
+        training_sampling(cfg),
+        cfg.reward_channel,
+    )
+
+
 def train(cfg: RunConfig, env_id: str, run_dir: Path, policy: LoadedModel) -> LoadedModel:
     """Train (or resume training of) the policy; writes metrics.jsonl and training.json.
 
@@ -794,18 +825,7 @@ def train(cfg: RunConfig, env_id: str, run_dir: Path, policy: LoadedModel) -> Lo
     sampling = training_sampling(cfg)
     trainer = trainer_cls(
         policy,
-        build_credit(
-            cfg.credit,
-            policy,
-            prompt_history(cfg),
-            cfg.generation_cache_gib,
-            cfg.credit_convention,
-            credit_option_pairs(cfg),
-            env_id,
-            env_kwargs,
-            sampling,
-            cfg.reward_channel,
-        ),
+        training_credit(cfg, env_id, policy),
         env_id,
         env_kwargs,
         sampling,
@@ -1086,7 +1106,7 @@ def write_samples(cfg: RunConfig, env_id: str, run_dir: Path, policy: LoadedMode
     # The run's own module scores with the settings it trained with (convention, options);
     # the others at their defaults; all on the env's own rewards, as the samples record
     # them (the exact-MDP modules compute on the env's MDP, whose rewards are those).
-    own = {"convention": cfg.credit_convention, "options": credit_option_pairs(cfg)}
+    own = {"convention": cfg.credit_convention, "options": credit_options_of(cfg)}
     exact = {
         "env_id": env_id,
         "env_kwargs": env_kwargs_for(cfg, env_id, split),
@@ -1104,7 +1124,12 @@ def write_samples(cfg: RunConfig, env_id: str, run_dir: Path, policy: LoadedMode
             continue  # an exact-MDP oracle off a finite-MDP env or a model's exact table
         credit_by_module[name] = module(group).step_advantages
     settings = (
-        {cfg.credit: {"convention": cfg.credit_convention, "options": dict(own["options"])}}
+        {
+            cfg.credit: {
+                "convention": cfg.credit_convention,
+                "options": dict(map(split_option, canonical_credit_options(cfg))),
+            }
+        }
         if cfg.credit in credit.REGISTRY
         else {}
     )
@@ -1194,6 +1219,9 @@ def run(cfg: RunConfig) -> Path:
     """Validate, train (or resume), evaluate, write samples and the summary; returns the
     run folder."""
     validate(cfg)
+    # The options as parsed, in their one spelling, from here on: config.json, the
+    # replay command and the study's row names show what the run identity hashes.
+    cfg = dataclasses.replace(cfg, credit_options=canonical_credit_options(cfg))
     torch.set_num_threads(cfg.threads)
     env_id = env_id_for(cfg.env)
     run_dir = cfg.out / run_name(cfg)

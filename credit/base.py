@@ -25,11 +25,12 @@ what generation computed; None for modules that score nothing), and, on the clas
 `from_context` (how it is built from a `CreditContext`), `reads` (what of a trajectory
 it reads: names of `READS`, enforced by tests/test_credit_reads.py), `needs_policy`,
 `default_group_size` (rollouts per task when the user sets none), `conventions` (the
-peers' ways of computing it that it can follow, docs/conventions.md) and `options` (the
-constructor options a user may name, `--credit-option key=value`: `credit.options`).
-`CreditModuleBase` provides all of them for a stateless, model-free module: a subclass
-writes `compute` (and, if it keeps state across batches, the two state methods). `build`
-is the one place modules are made.
+peers' ways of computing it that it can follow, docs/conventions.md) and `Options` (the
+frozen dataclass of the options a user may name, `--credit-options key=value`:
+`credit.options`; the instance is the module's `options`). `CreditModuleBase` provides all
+of them for a stateless, model-free module: a subclass writes `compute` (and, if it keeps
+state across batches, the two state methods; if it has options, its `Options` and an
+`__init__(self, options)`). `build` is the one place modules are made.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ import numpy as np
 
 from agents.generation_cache import DEFAULT_GENERATION_CACHE_BYTES
 from agents.trajectory import DEFAULT_REWARD_CHANNEL, Trajectory
-from credit.options import OptionParser, parse_options
+from credit.options import NoOptions
 from credit.scoring import DEFAULT_MEMORY_BUDGET_BYTES, ScoreMemo
 
 if TYPE_CHECKING:
@@ -188,9 +189,9 @@ class CreditContext:
         memory_budget_bytes: chunk budget of the scoring engine (`credit.scoring`).
         convention: whose way of computing the module's statistics to follow (one of
             the module's `conventions`: `credit.grpo.CONVENTIONS`).
-        options: (key, value) text pairs the user named (`--credit-option key=value`),
-            parsed by the module's `options` (`credit.options.parse_options`); empty:
-            every option at its default.
+        options: the module's options (an instance of its `Options`), parsed once at the
+            command line (`credit.options.parse_options`); None: every option at its
+            default.
         score_memo: scores kept across calls for one set of weights
             (`credit.scoring.ScoreMemo`), shared by every module built with this context,
             so a view scored once serves them all; None: every call scores afresh (what a
@@ -211,7 +212,7 @@ class CreditContext:
     generation_cache_bytes: int = DEFAULT_GENERATION_CACHE_BYTES
     memory_budget_bytes: int = DEFAULT_MEMORY_BUDGET_BYTES
     convention: str = DEFAULT_CONVENTION
-    options: tuple[tuple[str, str], ...] = ()
+    options: Any = None
     score_memo: ScoreMemo | None = None
     env_id: str | None = None
     env_kwargs: Mapping[str, Any] = field(default_factory=dict)
@@ -231,9 +232,10 @@ class CreditModule(Protocol):
         needs_policy: whether `from_context` needs `CreditContext.policy`.
         conventions: the values of `CreditContext.convention` it accepts; the first is
             its default.
-        options: option name -> parser of its value's text (`credit.options`): what
-            `CreditContext.options` may name; `from_context` passes them to the
-            constructor.
+        Options: the frozen dataclass of its options (`credit.options`: one field per
+            option, with type, default, help and range checks); `credit.options.NoOptions`
+            for a module without any. `CreditContext.options` is an instance of it.
+        options: the instance the module was built with.
         generation_cache: the cache a trainer hands to its rollout agent, or None.
     """
 
@@ -242,7 +244,8 @@ class CreditModule(Protocol):
     default_group_size: ClassVar[int]
     needs_policy: ClassVar[bool]
     conventions: ClassVar[tuple[str, ...]]
-    options: ClassVar[Mapping[str, OptionParser]]
+    Options: ClassVar[type]
+    options: Any
     generation_cache: GenerationCache | None
 
     @classmethod
@@ -262,7 +265,7 @@ CLASS_MEMBERS = (
     "default_group_size",
     "needs_policy",
     "conventions",
-    "options",
+    "Options",
     "from_context",
     "__call__",
     "state_dict",
@@ -273,7 +276,9 @@ CLASS_MEMBERS = (
 
 def missing_members(obj: object) -> list[str]:
     """The members of `CreditModule` that `obj` (a class or an instance) lacks."""
-    members = CLASS_MEMBERS if isinstance(obj, type) else (*CLASS_MEMBERS, "generation_cache")
+    members = (
+        CLASS_MEMBERS if isinstance(obj, type) else (*CLASS_MEMBERS, "options", "generation_cache")
+    )
     return [member for member in members if not hasattr(obj, member)]
 
 
@@ -325,7 +330,9 @@ class CreditModuleBase(ABC):
     """Defaults of the contract for a stateless module that needs no model.
 
     Subclasses set `name` and `reads` and write `compute`; `__call__` refuses non-finite rewards
-    first (`check_finite_rewards`), so no module sees them. A module with state across
+    first (`check_finite_rewards`), so no module sees them. A module with options declares
+    them as its `Options` dataclass and takes the instance in `__init__(self, options)`
+    (docs/extending.md); one without is built with no arguments. A module with state across
     batches overrides `state_dict` / `load_state_dict`; one that scores with the policy
     sets `needs_policy` and overrides `from_context`.
     """
@@ -336,15 +343,18 @@ class CreditModuleBase(ABC):
     default_group_size: ClassVar[int] = DEFAULT_GROUP_SIZE
     needs_policy: ClassVar[bool] = False
     conventions: ClassVar[tuple[str, ...]] = (DEFAULT_CONVENTION,)
-    options: ClassVar[Mapping[str, OptionParser]] = {}
+    Options: ClassVar[type] = NoOptions
+    options: Any = NoOptions()
     # Modules that score nothing have no cache for the rollout agent to fill.
     generation_cache: GenerationCache | None = None
 
     @classmethod
     def from_context(cls, context: CreditContext) -> CreditModuleBase:
-        """The module with its default settings (a model-free module needs nothing)."""
-        del context
-        return cls()
+        """The module with the options the run names (`options_of`); a module without
+        options is built with no arguments (a model-free module needs nothing else)."""
+        if cls.Options is NoOptions:
+            return cls()
+        return cls(options_of(cls, context))
 
     def __call__(self, trajectories: Sequence[Trajectory]) -> CreditOutput:
         check_finite_rewards(trajectories)
@@ -366,10 +376,9 @@ def build(cls: type[CreditModule], context: CreditContext) -> CreditModule:
 
     Raises:
         ValueError: the module reads something not in `READS`, scores with a policy
-            and `context.policy` is None, it
-            does not offer `context.convention`, or an option of `context.options` is
-            not one of its `options` or has a value their parser refuses.
-        TypeError: what `from_context` returned does not implement `CreditModule`.
+            and `context.policy` is None, or it does not offer `context.convention`.
+        TypeError: `context.options` is not an instance of the module's `Options`, or what
+            `from_context` returned does not implement `CreditModule`.
     """
     unknown = sorted(set(cls.reads) - READS.keys())
     if unknown:
@@ -384,7 +393,7 @@ def build(cls: type[CreditModule], context: CreditContext) -> CreditModule:
             f"credit module {cls.name} has no convention {context.convention!r}; "
             f"valid: {', '.join(cls.conventions)}"
         )
-    parse_options(cls, context.options)  # refused here, before any model work
+    options_of(cls, context)  # refused here, before any model work
     module = cls.from_context(context)
     missing = missing_members(module)
     if missing:
@@ -393,6 +402,22 @@ def build(cls: type[CreditModule], context: CreditContext) -> CreditModule:
             f"{', '.join(missing)} (credit.base.CreditModule)"
         )
     return module
+
+
+def options_of(cls: type, context: CreditContext) -> Any:
+    """`context.options`, or the defaults of `cls.Options` when it is None.
+
+    Raises:
+        TypeError: options of another class (another module's, or text not yet parsed).
+    """
+    if context.options is None:
+        return cls.Options()
+    if type(context.options) is not cls.Options:
+        raise TypeError(
+            f"credit module {cls.name} takes {cls.Options.__name__}, got "
+            f"{type(context.options).__name__} (credit.options.parse_options parses text)"
+        )
+    return context.options
 
 
 def broadcast_to_tokens(

@@ -41,7 +41,7 @@ import numpy as np
 from agents.constrained import action_token_sequences
 from agents.models import LoadedModel
 from agents.trajectory import Trajectory
-from credit.base import CreditContext, verdict
+from credit.base import CreditContext, options_of, verdict
 from credit.exact_hindsight import (
     ExactHindsight,
     StepTrie,
@@ -51,10 +51,8 @@ from credit.exact_hindsight import (
     trie_divergences,
 )
 from credit.ground_truth import TableSource, exact_sources, task_truths
-from credit.hcapo import HCAPO, SEED_DEFAULTS, HCAPOSeed
+from credit.hcapo import HCAPO, HCAPOSeed, HCAPOSeedOptions
 from credit.hp_rlvr import HPRLVR
-from credit.options import parse_options
-from credit.views import TeacherForced
 from envs.mdp import FiniteMDP
 
 # Besides a method's own reads: each step's exact state (its info) and the MDP.
@@ -63,12 +61,34 @@ EXACT_READS = frozenset({"mdp_state", "env_labels"})
 
 class ExactSource:
     """What the exact classes share: the tasks' MDPs, the policy's exact table, and each
-    step's trie with its exact hindsight (mixed in before the method's class)."""
+    step's trie with its exact hindsight (mixed in before the method's class, whose
+    options and formula it keeps).
+
+    Args:
+        model: the policy (its tokenizer spells the commands).
+        mdps: task id -> its exact MDP (`credit.ground_truth.TaskMDPs`).
+        tables: MDP -> the current policy's exact table on it, computed when called.
+        options: the method's options (an instance of its `Options`; None: the defaults).
+        kwargs: the method's other arguments (`history_len`, `memory_budget_bytes`).
+    """
 
     name: ClassVar[str]
     model: LoadedModel
     mdps: Callable[[str], FiniteMDP]
     tables: TableSource
+
+    def __init__(
+        self,
+        model: LoadedModel,
+        mdps: Callable[[str], FiniteMDP],
+        tables: TableSource,
+        options: Any = None,
+        **kwargs: Any,
+    ) -> None:
+        # Nothing is teacher-forced, so nothing is cached from generation.
+        super().__init__(model, options, **{**kwargs, "generation_cache_bytes": 0})
+        self.mdps = mdps
+        self.tables = tables
 
     @classmethod
     def from_context(cls, context: CreditContext) -> Any:
@@ -79,9 +99,9 @@ class ExactSource:
             context.policy,
             mdps,
             tables,
+            options_of(cls, context),
             history_len=context.history_len,
             memory_budget_bytes=context.memory_budget_bytes,
-            **parse_options(cls, context.options),
         )
 
     def step_tries(self, steps: Iterable[tuple[Trajectory, int]]) -> list[StepTrie]:
@@ -107,82 +127,34 @@ class ExactSource:
 
 
 class HCAPOExact(ExactSource, HCAPO):
-    """HCAPO (paper form) with exact hindsight log-probs (see the module docstring).
-
-    Args:
-        model: the policy (its tokenizer spells the commands).
-        mdps: task id -> its exact MDP (`credit.ground_truth.TaskMDPs`).
-        tables: MDP -> the current policy's exact table on it, computed when called.
-        kwargs: `HCAPO`'s options.
-    """
+    """HCAPO (paper form) with exact hindsight log-probs (see the module docstring);
+    arguments as `ExactSource`, options `credit.hcapo.HCAPOOptions`."""
 
     name = "hcapo_exact"
     reads = HCAPO.reads | EXACT_READS
 
-    def __init__(
-        self,
-        model: LoadedModel,
-        mdps: Callable[[str], FiniteMDP],
-        tables: TableSource,
-        **kwargs: Any,
-    ) -> None:
-        # Nothing is teacher-forced, so nothing is cached from generation.
-        super().__init__(model, **{**kwargs, "generation_cache_bytes": 0})
-        self.mdps = mdps
-        self.tables = tables
-
     def view_logprobs(
-        self,
-        steps: Sequence[tuple[Trajectory, int]],
-        hindsight_views: Sequence[TeacherForced],
-        causal_views: Sequence[TeacherForced],
-    ) -> list[np.ndarray]:
-        """Exact per-token log-probs in `HCAPO.view_logprobs`' order (the views unused)."""
-        del hindsight_views
+        self, steps: Sequence[tuple[Trajectory, int]], causal: bool
+    ) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """Exact per-token log-probs in `HCAPO.view_logprobs`' order (nothing scored)."""
         pairs = [exact_step_logprobs(trie) for trie in self.step_tries(steps)]
         hindsight = [h.astype(np.float32) for h, _ in pairs]
-        causal = [c.astype(np.float32) for _, c in pairs] if causal_views else []
-        return [*hindsight, *causal]
+        return hindsight, [c.astype(np.float32) for _, c in pairs] if causal else []
 
 
 class HCAPOSeedExact(HCAPOExact):
     """HCAPO's seed variant (`credit.hcapo.HCAPOSeed`) with exact hindsight log-probs."""
 
     name = "hcapo_seed_exact"
-
-    def __init__(
-        self,
-        model: LoadedModel,
-        mdps: Callable[[str], FiniteMDP],
-        tables: TableSource,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(model, mdps, tables, **{**SEED_DEFAULTS, **kwargs})
+    Options = HCAPOSeedOptions
 
 
 class HPRLVRExact(ExactSource, HPRLVR):
-    """HP-RLVR with the exact per-token divergence (see the module docstring).
-
-    Args:
-        model: the policy (its tokenizer spells the commands).
-        mdps: task id -> its exact MDP (`credit.ground_truth.TaskMDPs`).
-        tables: MDP -> the current policy's exact table on it, computed when called.
-        kwargs: `HPRLVR`'s options.
-    """
+    """HP-RLVR with the exact per-token divergence (see the module docstring); arguments
+    as `ExactSource`, options `credit.hp_rlvr.HPRLVROptions`."""
 
     name = "hp_rlvr_exact"
     reads = HPRLVR.reads | EXACT_READS
-
-    def __init__(
-        self,
-        model: LoadedModel,
-        mdps: Callable[[str], FiniteMDP],
-        tables: TableSource,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(model, **{**kwargs, "generation_cache_bytes": 0})
-        self.mdps = mdps
-        self.tables = tables
 
     def divergences(self, trajectories: Sequence[Trajectory]) -> list[list[np.ndarray]]:
         """d_j per trajectory, per step ([A_t] each), exact (`trie_divergences`)."""

@@ -13,26 +13,35 @@ When no state repeats, every A^S is 0 and GiGPO reduces to GRPO.
 Both terms follow a `credit.grpo.Convention`: `creditgym` (the default) or `verl-agent`,
 whose episode term pools step rows (`compute_mean_std_cross_steps=True` in
 `gigpo/core_gigpo.py: episode_norm_reward`), has no uniform-group guard and computes in
-float32 (docs/conventions.md).
+float32, its returns summed step by step in float32 (docs/conventions.md).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
 from agents.trajectory import Trajectory
-from credit.base import CreditContext, CreditModuleBase, CreditOutput, broadcast_to_tokens
+from credit.base import (
+    CreditContext,
+    CreditModuleBase,
+    CreditOutput,
+    broadcast_to_tokens,
+    options_of,
+)
 from credit.grpo import (
     Convention,
     convention_named,
+    episode_returns,
     group_members,
     group_normalised,
     torch_dtype,
 )
+from credit.options import doc
 
 
 def discounted_returns(rewards: Sequence[float], gamma: float) -> np.ndarray:
@@ -45,17 +54,55 @@ def discounted_returns(rewards: Sequence[float], gamma: float) -> np.ndarray:
     return returns
 
 
+def discounted_returns_float32(rewards: Sequence[float], gamma: float) -> np.ndarray:
+    """R_t = r_t + gamma R_{t+1} with every operand and every result rounded to float32,
+    shape [T] float32: verl-agent's `compute_step_discounted_returns` (its rewards cast
+    to float32, its `running_return` a float32 scalar, gamma a Python float that NumPy 2
+    rounds to float32 against it)."""
+    factor = np.float32(gamma)
+    returns = np.zeros(len(rewards), dtype=np.float32)
+    running = np.float32(0.0)
+    for t in range(len(rewards) - 1, -1, -1):
+        running = np.float32(np.float32(rewards[t]) + np.float32(factor * running))
+        returns[t] = running
+    return returns
+
+
+@dataclass(frozen=True)
+class GiGPOOptions:
+    """The options of `GiGPO` (`credit.options`)."""
+
+    gamma: float = field(
+        default=0.95, metadata=doc("discount of the step return, in [0, 1] (GiGPO's ALFWorld 0.95)")
+    )
+    omega: float = field(
+        default=1.0, metadata=doc("weight of the anchor-state step term (the paper's 1)")
+    )
+    normalise_by_std: bool = field(
+        default=True,
+        metadata=doc(
+            "F = std (true, verl-agent's mean_std_norm, its ALFWorld example) or F = 1 (false, "
+            "mean_norm) in both terms"
+        ),
+    )
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.gamma <= 1.0:
+            raise ValueError(f"gamma must be in [0, 1], got {self.gamma}")
+
+
 class GiGPO(CreditModuleBase):
     """Episode + anchor-state step credit.
 
     Args:
-        gamma: discount of the step return (0.95, GiGPO's ALFWorld config).
-        omega: weight of the step term (1.0, the paper).
-        normalise_by_std: F = std ("with std") or F = 1 ("without std"), in both terms.
-            verl-agent's switch is `algorithm.gigpo.mode`: "mean_std_norm" (with std) in
-            its ALFWorld example (examples/gigpo_trainer/run_alfworld.sh), "mean_norm"
-            (without) as its trainer config's default (verl/trainer/config/ppo_trainer.yaml)
-            and in its WebShop example. The default here is with std: the ALFWorld setting.
+        options: `GiGPOOptions`: gamma, the discount of the step return (0.95, GiGPO's
+            ALFWorld config); omega, the weight of the step term (1.0, the paper);
+            normalise_by_std, F = std ("with std") or F = 1 ("without std") in both terms.
+            verl-agent's switch for the last is `algorithm.gigpo.mode`: "mean_std_norm"
+            (with std) in its ALFWorld example (examples/gigpo_trainer/run_alfworld.sh),
+            "mean_norm" (without) as its trainer config's default
+            (verl/trainer/config/ppo_trainer.yaml) and in its WebShop example. The default
+            here is with std: the ALFWorld setting.
         convention: how the group statistics of both terms are computed: "creditgym"
             (default) or "verl-agent" (`credit.grpo.CONVENTIONS`), or a `Convention`.
 
@@ -68,19 +115,12 @@ class GiGPO(CreditModuleBase):
     # Observations: the anchor states; step rewards: the step returns.
     reads = frozenset({"return", "step_rewards", "observations"})
     conventions = ("creditgym", "verl-agent")
+    Options = GiGPOOptions
 
     def __init__(
-        self,
-        gamma: float = 0.95,
-        omega: float = 1.0,
-        normalise_by_std: bool = True,
-        convention: str | Convention = "creditgym",
-    ):
-        if not 0.0 <= gamma <= 1.0:
-            raise ValueError(f"gamma must be in [0, 1], got {gamma}")
-        self.gamma = gamma
-        self.omega = omega
-        self.normalise_by_std = normalise_by_std
+        self, options: GiGPOOptions | None = None, convention: str | Convention = "creditgym"
+    ) -> None:
+        self.options = GiGPOOptions() if options is None else options
         self.convention = (
             convention
             if isinstance(convention, Convention)
@@ -89,23 +129,24 @@ class GiGPO(CreditModuleBase):
 
     @classmethod
     def from_context(cls, context: CreditContext) -> GiGPO:
-        """GiGPO with the paper's settings, in the convention the run names."""
-        return cls(convention=context.convention)
+        """GiGPO with the run's options, in the convention the run names."""
+        return cls(options_of(cls, context), context.convention)
 
     def compute(self, trajectories: Sequence[Trajectory]) -> CreditOutput:
-        convention = self.convention
+        convention, options = self.convention, self.options
         dtype = torch_dtype(convention)
         np_dtype = np.float32 if convention.float32 else np.float64
         groups = group_members(trajectories)
-        returns = np.array([traj.total_return for traj in trajectories], dtype=np.float64)
+        returns = episode_returns(trajectories, convention)
         lengths = np.array([traj.length for traj in trajectories], dtype=np.int64)
-        scale = "group" if self.normalise_by_std else "none"
+        scale = "group" if options.normalise_by_std else "none"
         episode, zero_std = group_normalised(returns, groups, scale, convention, lengths)
         step_terms = [np.zeros(traj.length, dtype=np_dtype) for traj in trajectories]
-        # In float32 the step returns are rounded as verl-agent's are: it keeps them in a
-        # float32 array (`compute_step_discounted_returns`).
+        # verl-agent sums the step returns in float32 (`compute_step_discounted_returns`);
+        # otherwise they are summed in float64 and rounded once to the convention's dtype.
+        discount = discounted_returns_float32 if convention.float32_sums else discounted_returns
         step_returns = [
-            discounted_returns([step.reward for step in traj.steps], self.gamma).astype(np_dtype)
+            discount([step.reward for step in traj.steps], options.gamma).astype(np_dtype)
             for traj in trajectories
         ]
         anchored_steps = num_anchor_groups = 0
@@ -129,14 +170,14 @@ class GiGPO(CreditModuleBase):
                 if convention.uniform_tol is not None and float(spread) < convention.uniform_tol:
                     continue  # all equal: the step term is 0 (see credit.grpo.ZERO_STD_TOL)
                 centred = values - values.mean()
-                terms = centred / (spread + convention.eps) if self.normalise_by_std else centred
+                terms = centred / (spread + convention.eps) if options.normalise_by_std else centred
                 for (i, t), term in zip(positions, terms.numpy(), strict=True):
                     step_terms[i][t] = term
         # Summed in the convention's precision, as verl-agent adds its two float32 terms.
         step_advantages = [
             (
                 torch.as_tensor(episode[i], dtype=dtype)
-                + self.omega * torch.from_numpy(step_terms[i])
+                + options.omega * torch.from_numpy(step_terms[i])
             )
             .to(torch.float32)
             .numpy()

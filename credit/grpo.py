@@ -9,8 +9,9 @@ module in this package calls R.
 The formula leaves six choices open, and TRL, verl and verl-agent each make them their
 own way (docs/conventions.md has the table, with where each lives in the peer's code):
 what one sample of the mean and std is (a trajectory or a step), whether near-uniform
-groups are zeroed, eps, what a group of one gets, float32 or float64, and how the
-zero-std fraction is counted. `Convention` holds one choice of each; `CONVENTIONS` names
+groups are zeroed, eps, what a group of one gets, float32 or float64 (and whether returns
+are summed step by step in float32, as verl-agent's are), and how the zero-std fraction
+is counted. `Convention` holds one choice of each; `CONVENTIONS` names
 one per peer, and `creditgym` is the default.
 """
 
@@ -18,14 +19,21 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
 import torch
 
 from agents.trajectory import Trajectory
-from credit.base import CreditContext, CreditModuleBase, CreditOutput, broadcast_to_tokens
+from credit.base import (
+    CreditContext,
+    CreditModuleBase,
+    CreditOutput,
+    broadcast_to_tokens,
+    options_of,
+)
+from credit.options import doc
 
 ScaleRewards = Literal["group", "batch", "none"]
 Rows = Literal["trajectories", "steps"]
@@ -64,6 +72,11 @@ class Convention:
             when scaling by the group std. "zero": A = 0, the row is its own mean (TRL).
         float32: compute in float32 with torch, as the peers do (the rounding of a mean
             of identical values then shows where there is no guard); False: float64.
+        float32_sums: round each step reward to float32 and sum returns step by step in
+            float32 (verl-agent: `episode_rewards` accumulated in a float32 array by its
+            rollout loop, `compute_step_discounted_returns` in a float32 array), so two
+            returns equal in exact arithmetic can differ by an ulp; False: sum in float64
+            and round once (`Convention.float32` then rounds the sum).
         zero_std_count: definition of `frac_reward_zero_std`. "groups": the fraction of
             groups of two or more rows whose std is below `zero_std_tol`. "rows": the
             fraction of rows whose scaling std (the batch std under scale "batch", the
@@ -76,6 +89,7 @@ class Convention:
     eps: float = EPS
     singleton: Singleton = "return"
     float32: bool = False
+    float32_sums: bool = False
     zero_std_count: ZeroStdCount = "groups"
     zero_std_tol: float = ZERO_STD_TOL
 
@@ -93,7 +107,9 @@ CONVENTIONS: dict[str, Convention] = {
         zero_std_tol=TRL_ZERO_STD_ATOL,
     ),
     "verl": Convention(uniform_tol=None, singleton="mean0_std1", float32=True),
-    "verl-agent": Convention(rows="steps", uniform_tol=None, singleton="mean0_std1", float32=True),
+    "verl-agent": Convention(
+        rows="steps", uniform_tol=None, singleton="mean0_std1", float32=True, float32_sums=True
+    ),
 }
 
 
@@ -106,6 +122,21 @@ def convention_named(name: str, valid: Sequence[str]) -> Convention:
 
 def torch_dtype(convention: Convention) -> torch.dtype:
     return torch.float32 if convention.float32 else torch.float64
+
+
+def episode_returns(trajectories: Sequence[Trajectory], convention: Convention) -> np.ndarray:
+    """[N] float64 returns R_i: exact sums rounded once, or, with `convention.float32_sums`,
+    each reward rounded to float32 and added in float32 in step order (verl-agent's
+    `episode_rewards[active_masks] += rewards` on a float32 array)."""
+    if not convention.float32_sums:
+        return np.array([traj.total_return for traj in trajectories], dtype=np.float64)
+    totals = []
+    for traj in trajectories:
+        total = np.float32(0.0)
+        for step in traj.steps:
+            total = np.float32(total + np.float32(step.reward))
+        totals.append(float(total))
+    return np.array(totals, dtype=np.float64)
 
 
 def group_members(trajectories: Sequence[Trajectory]) -> dict[str, list[int]]:
@@ -195,12 +226,31 @@ def group_normalised(
     return advantages.to(torch.float64).numpy(), (zero_std / counted if counted else 0.0)
 
 
+@dataclass(frozen=True)
+class GRPOOptions:
+    """The options of `GRPO` (`credit.options`)."""
+
+    scale_rewards: ScaleRewards = field(
+        default="group",
+        metadata=doc(
+            "divide by the group std (GRPO), the batch std (TRL's scale_rewards=batch) or "
+            "nothing (Dr. GRPO, arXiv 2503.20783)"
+        ),
+    )
+
+    def __post_init__(self) -> None:
+        if self.scale_rewards not in ("group", "batch", "none"):
+            raise ValueError(
+                f"scale_rewards must be 'group', 'batch' or 'none', got {self.scale_rewards!r}"
+            )
+
+
 class GRPO(CreditModuleBase):
     """Trajectory-level GRPO credit; every action token of trajectory i gets A_i.
 
     Args:
-        scale_rewards: "group" (default, the GRPO paper and verl-agent), "batch" or
-            "none" -- see `group_normalised`.
+        options: `GRPOOptions` (`scale_rewards`: "group", the default, the GRPO paper and
+            verl-agent; "batch"; "none" -- see `group_normalised`).
         convention: how the group statistics are computed: a name of `CONVENTIONS`
             (creditgym, the default; trl; verl; verl-agent) or a `Convention`.
 
@@ -212,15 +262,12 @@ class GRPO(CreditModuleBase):
     name = "grpo"
     reads = frozenset({"return"})
     conventions = ("creditgym", "trl", "verl", "verl-agent")
+    Options = GRPOOptions
 
     def __init__(
-        self, scale_rewards: ScaleRewards = "group", convention: str | Convention = "creditgym"
+        self, options: GRPOOptions | None = None, convention: str | Convention = "creditgym"
     ) -> None:
-        if scale_rewards not in ("group", "batch", "none"):
-            raise ValueError(
-                f"scale_rewards must be 'group', 'batch' or 'none', got {scale_rewards!r}"
-            )
-        self.scale_rewards = scale_rewards
+        self.options = GRPOOptions() if options is None else options
         self.convention = (
             convention
             if isinstance(convention, Convention)
@@ -229,15 +276,15 @@ class GRPO(CreditModuleBase):
 
     @classmethod
     def from_context(cls, context: CreditContext) -> GRPO:
-        """GRPO with group scaling, in the convention the run names."""
-        return cls(convention=context.convention)
+        """GRPO with the run's options, in the convention the run names."""
+        return cls(options_of(cls, context), context.convention)
 
     def compute(self, trajectories: Sequence[Trajectory]) -> CreditOutput:
         groups = group_members(trajectories)
-        returns = np.array([traj.total_return for traj in trajectories], dtype=np.float64)
+        returns = episode_returns(trajectories, self.convention)
         lengths = np.array([traj.length for traj in trajectories], dtype=np.int64)
         advantages, zero_std = group_normalised(
-            returns, groups, self.scale_rewards, self.convention, lengths
+            returns, groups, self.options.scale_rewards, self.convention, lengths
         )
         step_advantages = [
             np.full(traj.length, advantage, dtype=np.float32)

@@ -18,7 +18,7 @@ MDP under the policy's exact table, recomputed every call as the oracle's is), s
 is left is the estimator's own variance: the method with perfect hindsight, beside the
 policy's read of the outcome that HCAPO and HP-RLVR use.
 
-Outcome (`--credit-options outcome=...`): `return` (default), the return-to-go, so the
+Outcome (`--credit-options outcome=...`, `HCAOptions`): `return` (default), the return-to-go, so the
 credit estimates the same A(s_t, a_t) as `oracle` and `credit.truth_metrics`; or
 `success`, the env's success verdict, estimating the advantage of the success
 probability. It reads ground truth (the exact state and dynamics): an oracle.
@@ -27,16 +27,26 @@ probability. It reads ground truth (the exact state and dynamics): an oracle.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import ClassVar
+from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 
 from agents.trajectory import Trajectory
-from credit.base import CreditContext, CreditModuleBase, CreditOutput, broadcast_to_tokens
+from credit.base import (
+    CreditContext,
+    CreditModuleBase,
+    CreditOutput,
+    broadcast_to_tokens,
+    options_of,
+)
 from credit.exact_hindsight import OUTCOMES, ExactHindsight, exact_hindsight
 from credit.ground_truth import TableSource, exact_sources, task_truths
-from credit.options import OptionParser, choice, parse_options
+from credit.options import doc
 from envs.mdp import FiniteMDP
+
+# The keys of `credit.exact_hindsight.OUTCOMES` (tests/test_credit_options.py checks it).
+Outcome = Literal["return", "success"]
 
 
 def hca_credit(trajectory: Trajectory, hindsight: ExactHindsight) -> tuple[np.ndarray, np.ndarray]:
@@ -57,13 +67,30 @@ def hca_credit(trajectory: Trajectory, hindsight: ExactHindsight) -> tuple[np.nd
     return (1.0 - ratios) * outcomes, ratios
 
 
+@dataclass(frozen=True)
+class HCAOptions:
+    """The options of `HCA` (`credit.options`)."""
+
+    outcome: Outcome = field(
+        default="return",
+        metadata=doc(
+            "the Z conditioned on: the return-to-go (estimates the oracle's A(s, a)) or the "
+            "env's success verdict (credit.exact_hindsight)"
+        ),
+    )
+
+    def __post_init__(self) -> None:
+        if self.outcome not in OUTCOMES:
+            raise ValueError(f"unknown outcome {self.outcome!r}; valid: {', '.join(OUTCOMES)}")
+
+
 class HCA(CreditModuleBase):
     """Return-conditional HCA with exact hindsight (see the module docstring).
 
     Args:
         mdps: task id -> its exact MDP (`credit.ground_truth.TaskMDPs`).
         tables: MDP -> the current policy's exact table on it, computed when called.
-        outcome: the Z conditioned on, `return` or `success` (`credit.exact_hindsight`).
+        options: `HCAOptions` (the outcome Z conditioned on, `return` or `success`).
 
     Metrics: `mean_abs_ratio_gap` (mean over steps of |1 - pi / h|: how far hindsight
     moves from the policy) and `mean_abs_bias` (mean over steps of |hca_bias(s_t, a_t)|,
@@ -75,26 +102,27 @@ class HCA(CreditModuleBase):
     # env's verdict (success).
     reads = frozenset({"mdp_state", "env_labels", "actions", "step_rewards", "outcome"})
     needs_policy = True
-    options: ClassVar[dict[str, OptionParser]] = {"outcome": choice(*OUTCOMES)}
+    Options = HCAOptions
 
     def __init__(
-        self, mdps: Callable[[str], FiniteMDP], tables: TableSource, outcome: str = "return"
+        self,
+        mdps: Callable[[str], FiniteMDP],
+        tables: TableSource,
+        options: HCAOptions | None = None,
     ) -> None:
-        if outcome not in OUTCOMES:
-            raise ValueError(f"unknown outcome {outcome!r}; valid: {', '.join(OUTCOMES)}")
         self.mdps = mdps
         self.tables = tables
-        self.outcome = outcome
+        self.options = HCAOptions() if options is None else options
 
     @classmethod
     def from_context(cls, context: CreditContext) -> HCA:
         """Built on the run's env and the policy as its rollout samples it; ValueError
         (one line) where the env is not a finite MDP or the sampling is not exact."""
-        return cls(*exact_sources(context, cls.name), **parse_options(cls, context.options))
+        return cls(*exact_sources(context, cls.name), options_of(cls, context))
 
     def compute(self, trajectories: Sequence[Trajectory]) -> CreditOutput:
         hindsights = {
-            task_id: exact_hindsight(mdp, table, self.outcome)
+            task_id: exact_hindsight(mdp, table, self.options.outcome)
             for task_id, (mdp, table) in task_truths(
                 (traj.task_id for traj in trajectories if traj.length), self.mdps, self.tables
             ).items()

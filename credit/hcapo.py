@@ -21,8 +21,8 @@ arXiv 2603.08754. For trajectory i of a task group, step t (1-based):
 Trajectories whose values are all 0 (failures with R = 0) need no hindsight pass: their Q
 is 0 whatever rho is, so they are not scored.
 
-Open choices, each a constructor option (named on the command line with
-`--credit-option key=value`, `HCAPO.options`); the defaults are the behaviour so far:
+Open choices, each an option (`HCAPOOptions`, named on the command line with
+`--credit-options key=value`); the defaults are the behaviour so far:
 - `hindsight`: what the block shows (`credit.hindsight.CONTENTS`; default `final_action`:
   success or failure, the env's feedback and the final action), `wording` (its verdict
   words, default `hcapo`) and `hindsight_position`: where it sits (default
@@ -36,58 +36,167 @@ Open choices, each a constructor option (named on the command line with
 - `temperature`, `clip`, `gamma` (gamma = 1 turns the gamma^(T-t) factor off),
   `do_no_harm`, `omega`, `macro_weight`, `micro_normalisation` as in the paper.
 
-Seed variant (docs/methods.md; `variant="seed"`, registered as `hcapo_seed`): importance
-ratio rho_t = exp(clamp(log p_hind(a_t) - log p(a_t), -5, 5)) of sequence log-probs under
-the hindsight and causal views, Q_t = rho_t G_t with the discounted return-to-go G_t,
-macro / micro weights 0.6 / 0.4.
+Seed variant (docs/methods.md; `variant="seed"`, registered as `hcapo_seed` with
+`HCAPOSeedOptions`): importance ratio rho_t = exp(clamp(log p_hind(a_t) - log p(a_t), -5,
+5)) of sequence log-probs under the hindsight and causal views, Q_t = rho_t G_t with the
+discounted return-to-go G_t, macro / micro weights 0.6 / 0.4.
+
+The arithmetic from per-token log-probs to advantages (`trajectory_q`, then
+`hcapo_advantages`) is pure and written once: `HCAPO` calls it on the policy's scores, the
+verl estimator (integrations/verl_hindsight.py) on the scores verl's actor returns.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 
 from agents.generation_cache import DEFAULT_GENERATION_CACHE_BYTES
 from agents.models import LoadedModel
-from agents.prompts import HINDSIGHT_POSITIONS
 from agents.trajectory import Trajectory
 from credit.base import CreditOutput, broadcast_to_tokens, verdict
 from credit.gigpo import discounted_returns
 from credit.grpo import ZERO_STD_TOL, group_members, group_normalised
 from credit.hindsight import (
-    CONTENTS,
-    HCAPO_WORDING,
-    WORDINGS,
     HindsightBlock,
     HindsightContent,
+    HindsightPosition,
     HindsightScorer,
-    hindsight_block,
+    WordingName,
 )
-from credit.options import (
-    OptionParser,
-    choice,
-    parse_bool,
-    parse_float,
-    parse_int,
-    parse_pair,
-)
+from credit.options import check_choices, doc, doc_of
 from credit.scoring import DEFAULT_MEMORY_BUDGET_BYTES, ScoreMemo, score_logprobs
-from credit.views import TeacherForced, action_span_mask, causal_view
+from credit.views import action_span_mask, causal_view
 
 Variant = Literal["paper", "seed"]
 MicroNormalisation = Literal["group", "time_step"]
 LengthNormalisation = Literal["response", "action"]
 SEED_LOG_RATIO_CLAMP = 5.0
-# The seed variant's settings (docs/methods.md): `hcapo_seed` and `hcapo_seed_exact`.
-SEED_DEFAULTS: dict[str, Any] = {"variant": "seed", "macro_weight": 0.6, "omega": 0.4}
+
+
+@dataclass(frozen=True)
+class HCAPOOptions:
+    """The options of `HCAPO` (`credit.options`; the module docstring has the math)."""
+
+    variant: Variant = field(
+        default="paper",
+        metadata=doc(
+            "paper (self-normalised ratio, Q = rho gamma^(T-t) R) or seed (importance ratio, "
+            "Q = rho G_t; docs/methods.md)"
+        ),
+    )
+    temperature: float = field(
+        default=5.0, metadata=doc("T_temp of the hindsight score, > 0 (the paper's 5)")
+    )
+    clip: tuple[float, float] = field(
+        default=(0.8, 1.2),
+        metadata=doc(
+            "bounds of rho, low <= high (the paper's 0.8,1.2; the seed variant clamps its log "
+            "ratio instead)"
+        ),
+    )
+    gamma: float = field(
+        default=0.95, metadata=doc("discount in [0, 1]; 1 turns the gamma^(T-t) factor off")
+    )
+    smoothing_alpha: float | None = field(
+        default=None,
+        metadata=doc(
+            "alpha of Q~_t = alpha Q_t + (1 - alpha) Q_{t+1}, in [0, 1]; none: no smoothing"
+        ),
+    )
+    micro_normalisation: MicroNormalisation = field(
+        default="group",
+        metadata=doc(
+            "what the micro term's mean and std pool: every (i, t) of the group (the paper's "
+            "algorithm) or the group's steps at the same t (its Eq. 8 text)"
+        ),
+    )
+    macro_weight: float = field(default=1.0, metadata=doc("weight of the GRPO term A^GRPO"))
+    omega: float = field(
+        default=1.0, metadata=doc("weight of the micro term (the paper's best ablation, 1)")
+    )
+    do_no_harm: bool = field(
+        default=True, metadata=doc("zero negative micro terms in successful trajectories")
+    )
+    hindsight: HindsightContent = field(
+        default="final_action", metadata=doc("what the hindsight block shows (credit/hindsight.py)")
+    )
+    hindsight_position: HindsightPosition = field(
+        default="before_instruction", metadata=doc("where the block sits in the step's prompt")
+    )
+    wording: WordingName = field(
+        default="hcapo", metadata=doc("the block's verdict words (credit/hindsight.py)")
+    )
+    future_steps: int = field(
+        default=8, metadata=doc("steps of realised future in a `future` block, >= 0")
+    )
+    max_observation_chars: int = field(
+        default=400, metadata=doc("characters kept of each observation in the block, >= 0")
+    )
+    length_normalisation: LengthNormalisation = field(
+        default="response",
+        metadata=doc(
+            "the tokens |a_t| averages over: every generated token (response) or the command's "
+            "(action, credit.views.action_span_mask)"
+        ),
+    )
+    causal_contrast: bool = field(
+        default=False,
+        metadata=doc("score log pi_hind - log pi_causal per token (paper variant only)"),
+    )
+
+    def __post_init__(self) -> None:
+        check_choices(self)
+        if self.temperature <= 0 or self.clip[0] > self.clip[1]:
+            raise ValueError(
+                f"need temperature > 0 and clip low <= high, got {self.temperature}, {self.clip}"
+            )
+        if self.smoothing_alpha is not None and not 0.0 <= self.smoothing_alpha <= 1.0:
+            raise ValueError(f"smoothing_alpha must be in [0, 1], got {self.smoothing_alpha}")
+        if not 0.0 <= self.gamma <= 1.0:
+            raise ValueError(f"gamma must be in [0, 1], got {self.gamma}")
+        if self.future_steps < 0 or self.max_observation_chars < 0:
+            raise ValueError(
+                "future_steps and max_observation_chars must be >= 0, got "
+                f"{self.future_steps}, {self.max_observation_chars}"
+            )
+        if self.causal_contrast and self.variant != "paper":
+            raise ValueError(
+                "causal_contrast applies to the paper variant (the seed's ratio is one already)"
+            )
+
+    def block(self, history_len: int = 2) -> HindsightBlock:
+        """The hindsight prompt these options choose, with `history_len` history steps."""
+        return HindsightBlock(
+            self.hindsight,
+            self.wording,
+            self.hindsight_position,
+            self.future_steps,
+            self.max_observation_chars,
+            history_len,
+        )
+
+
+@dataclass(frozen=True)
+class HCAPOSeedOptions(HCAPOOptions):
+    """The options of `HCAPOSeed`: `HCAPOOptions` with the seed variant's defaults
+    (docs/methods.md: importance ratio, macro / micro weights 0.6 / 0.4)."""
+
+    variant: Variant = field(default="seed", metadata=doc_of(HCAPOOptions, "variant"))
+    macro_weight: float = field(default=0.6, metadata=doc_of(HCAPOOptions, "macro_weight"))
+    omega: float = field(default=0.4, metadata=doc_of(HCAPOOptions, "omega"))
+
+
+# HCAPO's default hindsight prompt (the verl adapter's views re-export it).
+HCAPO_BLOCK = HCAPOOptions().block()
 
 
 def outcome_hindsight(trajectory: Trajectory) -> str:
     """The default outcome block injected into every step's prompt (HCAPO's s_final)."""
-    return hindsight_block("final_action", trajectory, 0, HCAPO_WORDING)
+    return HCAPO_BLOCK.text(trajectory, 0)
 
 
 def terminal_values(trajectory: Trajectory, gamma: float) -> np.ndarray:
@@ -138,7 +247,7 @@ class HCAPOVariant:
             rho before clipping, [T].
         values: (trajectory, gamma) -> the value rho multiplies, [T].
         needs_causal: whether the causal view must be scored too.
-        clipped: whether rho is clipped to `HCAPO.clip`.
+        clipped: whether rho is clipped to `HCAPOOptions.clip`.
     """
 
     ratio: Callable[[Sequence[np.ndarray], Sequence[np.ndarray], float], np.ndarray]
@@ -224,33 +333,76 @@ def combined_advantages(
     return advantages
 
 
-def check_credit_options(
-    variant: str,
-    temperature: float,
-    clip: tuple[float, float],
-    gamma: float,
-    smoothing_alpha: float | None,
-    micro_normalisation: str,
-    causal_contrast: bool,
-) -> None:
-    """ValueError naming the option, unless HCAPO's credit options (those of the same
-    names of `HCAPO`, also taken by the verl estimator) are in range."""
-    if variant not in VARIANTS:
-        raise ValueError(f"variant must be one of {sorted(VARIANTS)}, got {variant!r}")
-    if micro_normalisation not in ("group", "time_step"):
-        raise ValueError(
-            f"micro_normalisation must be 'group' or 'time_step', got {micro_normalisation!r}"
-        )
-    if temperature <= 0 or clip[0] > clip[1]:
-        raise ValueError(f"need temperature > 0 and clip low <= high, got {temperature}, {clip}")
-    if smoothing_alpha is not None and not 0.0 <= smoothing_alpha <= 1.0:
-        raise ValueError(f"smoothing_alpha must be in [0, 1], got {smoothing_alpha}")
-    if not 0.0 <= gamma <= 1.0:
-        raise ValueError(f"gamma must be in [0, 1], got {gamma}")
-    if causal_contrast and variant != "paper":
-        raise ValueError(
-            "causal_contrast applies to the paper variant (the seed's ratio is one already)"
-        )
+def trajectory_q(
+    trajectory: Trajectory,
+    hindsight: Sequence[np.ndarray] | None,
+    causal: Sequence[np.ndarray] | None,
+    options: HCAPOOptions,
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """Q^H of one trajectory from its per-token log-probs: rho -> Q -> smoothing.
+
+    Args:
+        trajectory: its steps' rewards and return give the values rho multiplies
+            (`HCAPOVariant.values`).
+        hindsight: per step, [A_t] hindsight log-probs (over the tokens |a_t| counts);
+            None when the trajectory was not scored (`needs_scores` is False for it).
+        causal: per step, [A_t] causal log-probs: read by the seed variant and by
+            `causal_contrast`; None otherwise.
+        options: HCAPO's options (variant, temperature, clip, gamma, smoothing_alpha,
+            causal_contrast).
+    Returns:
+        ([T] float64 Q^H, [T] float64 rho, or None where no rho was computed: a trajectory
+        whose values are all 0 has Q = 0 whatever rho is).
+    """
+    variant = VARIANTS[options.variant]
+    values = variant.values(trajectory, options.gamma)
+    if hindsight is None:
+        return smoothed(values, options.smoothing_alpha), None
+    empty = [np.zeros(0)] * len(hindsight)
+    causal = empty if causal is None else causal
+    if options.causal_contrast:
+        hindsight = [h - c for h, c in zip(hindsight, causal, strict=True)]
+    rho = variant.ratio(hindsight, causal, options.temperature)
+    if variant.clipped:
+        rho = np.clip(rho, *options.clip)
+    return smoothed(rho * values, options.smoothing_alpha), rho
+
+
+def needs_scores(trajectory: Trajectory, options: HCAPOOptions) -> bool:
+    """Whether Q^H of `trajectory` depends on its scores: not when its values are all 0
+    (failures with R = 0), so those are never scored."""
+    return bool(np.any(VARIANTS[options.variant].values(trajectory, options.gamma)))
+
+
+def needs_causal(options: HCAPOOptions) -> bool:
+    """Whether `trajectory_q` reads causal log-probs under these options."""
+    return VARIANTS[options.variant].needs_causal or options.causal_contrast
+
+
+def hcapo_advantages(
+    trajectories: Sequence[Trajectory], q_values: Sequence[np.ndarray], options: HCAPOOptions
+) -> tuple[list[np.ndarray], float]:
+    """HCAPO's step advantages from the batch's Q^H: macro (GRPO, group std) + micro.
+
+    Args:
+        trajectories: the batch (groups by `group_id`; verdicts by `credit.base.verdict`).
+        q_values: per trajectory, [T_i] Q^H (`trajectory_q`).
+        options: micro_normalisation, macro_weight, omega, do_no_harm.
+    Returns:
+        (per trajectory, float32 [T_i] advantages; the GRPO term's `frac_reward_zero_std`).
+    """
+    groups = group_members(trajectories)
+    returns = np.array([traj.total_return for traj in trajectories], dtype=np.float64)
+    macro, zero_std = group_normalised(returns, groups, "group")
+    advantages = combined_advantages(
+        macro,
+        micro_advantages(q_values, groups, options.micro_normalisation),
+        np.array([verdict(traj) for traj in trajectories], dtype=bool),
+        options.macro_weight,
+        options.omega,
+        options.do_no_harm,
+    )
+    return advantages, zero_std
 
 
 class HCAPO(HindsightScorer):
@@ -258,28 +410,7 @@ class HCAPO(HindsightScorer):
 
     Args:
         model: the policy that generated the trajectories (`LoadedModel`).
-        variant: "paper" (default) or "seed" (see module docstring).
-        temperature: T_temp of the hindsight score (5.0, the paper).
-        clip: bounds of rho (0.8, 1.2 in the paper; the seed variant clips its log ratio
-            instead and ignores this).
-        gamma: discount (0.95).
-        smoothing_alpha: alpha of the optional Q smoothing; None (default) disables it,
-            as the paper's main results do not depend on it.
-        micro_normalisation: "group" (default, the algorithm) or "time_step" (Eq. 8 text).
-        macro_weight: weight of A^GRPO (1.0; seed variant 0.6).
-        omega: weight of the micro term (1.0, the paper's best ablation; seed 0.4).
-        do_no_harm: zero negative micro terms in successful trajectories (True).
-        hindsight: content of the hindsight block (`credit.hindsight.CONTENTS`;
-            `final_action`).
-        hindsight_position: where the block sits (`agents.prompts.HINDSIGHT_POSITIONS`;
-            `before_instruction`).
-        wording: verdict words of the block (`credit.hindsight.WORDINGS`; `hcapo`).
-        future_steps: steps of realised future in a `future` block (8).
-        max_observation_chars: characters kept of each observation in the block (400).
-        length_normalisation: tokens |a_t| averages over: `response` (every generated
-            token) or `action` (the command's tokens, `credit.views.action_span_mask`).
-        causal_contrast: score log pi_hind - log pi_causal per token (paper variant only;
-            False).
+        options: `HCAPOOptions` (None: the class's defaults, `Options()`).
         history_len: steps of history in rebuilt prompts (2, as the rollout prompts).
         memory_budget_bytes: scoring chunk budget (`credit.scoring`).
         generation_cache_bytes: budget of `generation_cache` (`agents.generation_cache`),
@@ -297,173 +428,77 @@ class HCAPO(HindsightScorer):
     # Step rewards: the seed variant's return-to-go (`variant="seed"`); the block's
     # verdict and the gate read the return (`credit.base.verdict`).
     reads = frozenset({"return", "step_rewards", "observations", "actions", "feedback"})
-    # The options a user can set by name (`--credit-option key=value`), with their parsers.
-    options: ClassVar[dict[str, OptionParser]] = {
-        "variant": choice("paper", "seed"),
-        "temperature": parse_float,
-        "clip": parse_pair,
-        "gamma": parse_float,
-        "smoothing_alpha": parse_float,
-        "micro_normalisation": choice("group", "time_step"),
-        "macro_weight": parse_float,
-        "omega": parse_float,
-        "do_no_harm": parse_bool,
-        "hindsight": choice(*CONTENTS),
-        "hindsight_position": choice(*HINDSIGHT_POSITIONS),
-        "wording": choice(*WORDINGS),
-        "future_steps": parse_int,
-        "length_normalisation": choice("response", "action"),
-        "causal_contrast": parse_bool,
-    }
+    Options: type[HCAPOOptions] = HCAPOOptions
+    options: HCAPOOptions
 
     def __init__(
         self,
         model: LoadedModel,
-        variant: Variant = "paper",
-        temperature: float = 5.0,
-        clip: tuple[float, float] = (0.8, 1.2),
-        gamma: float = 0.95,
-        smoothing_alpha: float | None = None,
-        micro_normalisation: MicroNormalisation = "group",
-        macro_weight: float = 1.0,
-        omega: float = 1.0,
-        do_no_harm: bool = True,
-        hindsight: HindsightContent = "final_action",
-        hindsight_position: str = "before_instruction",
-        wording: str = "hcapo",
-        future_steps: int = 8,
-        max_observation_chars: int = 400,
-        length_normalisation: LengthNormalisation = "response",
-        causal_contrast: bool = False,
+        options: HCAPOOptions | None = None,
         history_len: int = 2,
         memory_budget_bytes: int = DEFAULT_MEMORY_BUDGET_BYTES,
         generation_cache_bytes: int = DEFAULT_GENERATION_CACHE_BYTES,
         score_memo: ScoreMemo | None = None,
     ) -> None:
-        check_credit_options(
-            variant, temperature, clip, gamma, smoothing_alpha, micro_normalisation, causal_contrast
-        )
-        if length_normalisation not in ("response", "action"):
-            raise ValueError(
-                f"length_normalisation must be 'response' or 'action', got {length_normalisation!r}"
-            )
+        self.options = self.Options() if options is None else options
         self._init_scorer(
             model,
-            HindsightBlock(
-                hindsight,
-                wording,
-                hindsight_position,
-                future_steps,
-                max_observation_chars,
-                history_len,
-            ),
+            self.options.block(history_len),
             memory_budget_bytes,
             generation_cache_bytes,
             score_memo,
         )
-        self.variant = variant
-        self.temperature = temperature
-        self.clip = clip
-        self.gamma = gamma
-        self.smoothing_alpha = smoothing_alpha
-        self.micro_normalisation = micro_normalisation
-        self.macro_weight = macro_weight
-        self.omega = omega
-        self.do_no_harm = do_no_harm
-        self.length_normalisation = length_normalisation
-        self.causal_contrast = causal_contrast
 
     def view_logprobs(
-        self,
-        steps: Sequence[tuple[Trajectory, int]],
-        hindsight_views: Sequence[TeacherForced],
-        causal_views: Sequence[TeacherForced],
-    ) -> list[np.ndarray]:
-        """Per-token log-probs [A_t] of every hindsight view, then every causal view (of
-        `steps`, in order): the policy's teacher-forced pass (`credit.scoring`). The exact
-        source (`credit.exact_source`) reads them off the finite MDP instead."""
-        del steps  # the views say everything the policy's pass needs
-        try:
-            return score_logprobs(
-                self.model,
-                [*hindsight_views, *causal_views],
-                self.memory_budget_bytes,
-                self.generation_cache,
-                self.score_memo,
-            )
-        finally:  # this batch's prompts are used up; free them before the update
-            if self.generation_cache is not None:
-                self.generation_cache.clear()
+        self, steps: Sequence[tuple[Trajectory, int]], causal: bool
+    ) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """Per-token log-probs ([A_t] each) of every step's hindsight view and, if
+        `causal`, its causal view (else []), in the order of `steps`: the policy's
+        teacher-forced pass (`credit.scoring`). The exact source (`credit.exact_source`)
+        reads them off the finite MDP instead."""
+        tokenizer = self.model.tokenizer
+        views = [self.hindsight_view_of(traj, t) for traj, t in steps]
+        if causal:
+            views += [causal_view(tokenizer, traj, t, self.history_len) for traj, t in steps]
+        scores = self.score(score_logprobs, views)
+        return scores[: len(steps)], scores[len(steps) :]
 
     def hindsight_q(self, trajectories: Sequence[Trajectory]) -> tuple[list[np.ndarray], dict]:
         """Q^H per step ([T_i] float64 each), scoring only trajectories with a non-zero value."""
-        variant = VARIANTS[self.variant]
-        needs_causal = variant.needs_causal or self.causal_contrast
-        values = [variant.values(traj, self.gamma) for traj in trajectories]
-        tokenizer = self.model.tokenizer
-        hindsight_views, causal_views, kept, steps = [], [], [], []
-        for i, traj in enumerate(trajectories):
-            if not np.any(values[i]):
-                continue
-            for t in range(traj.length):
-                steps.append((traj, t))
-                hindsight_views.append(self.hindsight_view_of(traj, t))
-                if needs_causal:
-                    causal_views.append(causal_view(tokenizer, traj, t, self.history_len))
-                kept.append(
-                    action_span_mask(tokenizer, traj, t)
-                    if self.length_normalisation == "action"
-                    else np.ones(len(hindsight_views[-1].action_ids), dtype=bool)
-                )
-        scores = self.view_logprobs(steps, hindsight_views, causal_views)
-        count = len(hindsight_views)
-        hindsight_scores = [s[m] for s, m in zip(scores[:count], kept, strict=True)]
-        causal_scores = (
-            [s[m] for s, m in zip(scores[count:], kept, strict=True)]
-            if needs_causal
-            else [np.zeros(0)] * count
-        )
-        if self.causal_contrast:
-            hindsight_scores = [h - c for h, c in zip(hindsight_scores, causal_scores, strict=True)]
-        rhos = [np.ones(traj.length) for traj in trajectories]
-        scored_rhos = [np.ones(0)]
+        options = self.options
+        scored = [i for i, traj in enumerate(trajectories) if needs_scores(traj, options)]
+        steps = [(trajectories[i], t) for i in scored for t in range(trajectories[i].length)]
+        hindsight, causal = self.view_logprobs(steps, needs_causal(options))
+        if options.length_normalisation == "action":
+            masks = [action_span_mask(self.model.tokenizer, traj, t) for traj, t in steps]
+            hindsight = [h[m] for h, m in zip(hindsight, masks, strict=True)]
+            causal = [c[m] for c, m in zip(causal, masks, strict=True)] if causal else causal
+        per_trajectory: dict[int, tuple[list[np.ndarray], list[np.ndarray] | None]] = {}
         cursor = 0
+        for i in scored:
+            span = slice(cursor, cursor + trajectories[i].length)
+            per_trajectory[i] = (hindsight[span], causal[span] if causal else None)
+            cursor += trajectories[i].length
+        q_values, rhos = [], []
         for i, traj in enumerate(trajectories):
-            if not np.any(values[i]):
-                continue
-            span = slice(cursor, cursor + traj.length)
-            rho = variant.ratio(hindsight_scores[span], causal_scores[span], self.temperature)
-            rhos[i] = np.clip(rho, *self.clip) if variant.clipped else rho
-            scored_rhos.append(rhos[i])
-            cursor += traj.length
-        q_values = [
-            smoothed(rho * value, self.smoothing_alpha)
-            for rho, value in zip(rhos, values, strict=True)
-        ]
-        all_rhos = np.concatenate(scored_rhos)
-        at_bounds = (all_rhos <= self.clip[0]) | (all_rhos >= self.clip[1])
+            h, c = per_trajectory.get(i, (None, None))
+            q, rho = trajectory_q(traj, h, c, options)
+            q_values.append(q)
+            if rho is not None:
+                rhos.append(rho)
+        all_rhos = np.concatenate([np.ones(0), *rhos])
+        clipped = VARIANTS[options.variant].clipped
+        at_bounds = (all_rhos <= options.clip[0]) | (all_rhos >= options.clip[1])
         stats = {
             "mean_rho": float(all_rhos.mean()) if all_rhos.size else 1.0,
-            "frac_rho_clipped": float(at_bounds.mean())
-            if variant.clipped and all_rhos.size
-            else 0.0,
-            "num_hindsight_steps": float(len(hindsight_views)),
+            "frac_rho_clipped": float(at_bounds.mean()) if clipped and all_rhos.size else 0.0,
+            "num_hindsight_steps": float(len(steps)),
         }
         return q_values, stats
 
     def compute(self, trajectories: Sequence[Trajectory]) -> CreditOutput:
-        groups = group_members(trajectories)
-        returns = np.array([traj.total_return for traj in trajectories], dtype=np.float64)
-        macro, zero_std = group_normalised(returns, groups, "group")
         q_values, stats = self.hindsight_q(trajectories)
-        step_advantages = combined_advantages(
-            macro,
-            micro_advantages(q_values, groups, self.micro_normalisation),
-            np.array([verdict(traj) for traj in trajectories], dtype=bool),
-            self.macro_weight,
-            self.omega,
-            self.do_no_harm,
-        )
+        step_advantages, zero_std = hcapo_advantages(trajectories, q_values, self.options)
         return CreditOutput(
             step_advantages=step_advantages,
             token_advantages=broadcast_to_tokens(trajectories, step_advantages),
@@ -475,6 +510,4 @@ class HCAPOSeed(HCAPO):
     """HCAPO's seed variant (docs/methods.md): importance ratio, return-to-go, 0.6 / 0.4."""
 
     name = "hcapo_seed"
-
-    def __init__(self, model: LoadedModel, **kwargs: Any) -> None:
-        super().__init__(model, **{**SEED_DEFAULTS, **kwargs})
+    Options = HCAPOSeedOptions

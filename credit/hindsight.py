@@ -31,15 +31,17 @@ up to there is a shared prefix the generation cache can serve), `after_task` (be
 history and the current observation) or `after_instruction` (the last thing before the
 response).
 
-`HindsightBlock` holds these options together (what a module shows, and where), and
-`HindsightScorer` is what HCAPO and HP-RLVR share on top of it: the policy they
-teacher-force, the views they score, and the scoring engine's caches.
+`HindsightBlock` holds these options together (what a module shows, and where; built from
+a module's options by `HCAPOOptions.block` / `HPRLVROptions.block`), and `HindsightScorer`
+is what HCAPO and HP-RLVR share on top of it: the policy they teacher-force, the views
+they score, and the scoring engine's caches.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal, TypeVar, get_args
 
 from transformers import PreTrainedTokenizerBase
 
@@ -47,13 +49,17 @@ from agents.generation_cache import GenerationCache
 from agents.models import LoadedModel
 from agents.prompts import HINDSIGHT_POSITIONS
 from agents.trajectory import Trajectory
-from credit.base import CreditContext, CreditModuleBase, verdict
-from credit.options import parse_options
+from credit.base import CreditContext, CreditModuleBase, options_of, verdict
 from credit.scoring import ScoreMemo
 from credit.views import TeacherForced, hindsight_view
 
 HindsightContent = Literal["outcome", "feedback", "final_action", "final", "future"]
-CONTENTS: tuple[str, ...] = ("outcome", "feedback", "final_action", "final", "future")
+CONTENTS: tuple[str, ...] = get_args(HindsightContent)
+# `agents.prompts.HINDSIGHT_POSITIONS` as a type (tests/test_credit_options.py: equal).
+HindsightPosition = Literal["after_task", "before_instruction", "after_instruction"]
+# The keys of `WORDINGS`.
+WordingName = Literal["hcapo", "hp_rlvr"]
+Scores = TypeVar("Scores")
 
 
 @dataclass(frozen=True)
@@ -118,10 +124,10 @@ class HindsightBlock:
 
     content: str
     wording: str
-    position: str = "before_instruction"
-    future_steps: int = 8
-    max_observation_chars: int = 400
-    history_len: int = 2
+    position: str
+    future_steps: int
+    max_observation_chars: int
+    history_len: int
 
     def __post_init__(self) -> None:
         if (
@@ -153,10 +159,6 @@ class HindsightBlock:
         return hindsight_view(
             tokenizer, trajectory, t, self.text(trajectory, t), self.history_len, self.position
         )
-
-
-HCAPO_BLOCK = HindsightBlock("final_action", "hcapo")  # HCAPO's defaults
-HP_RLVR_BLOCK = HindsightBlock("future", "hp_rlvr")  # HP-RLVR's defaults
 
 
 class HindsightScorer(CreditModuleBase):
@@ -195,15 +197,27 @@ class HindsightScorer(CreditModuleBase):
     @classmethod
     def from_context(cls, context: CreditContext) -> HindsightScorer:
         """Scores with `context.policy`, prompts rebuilt with its history length, its memo,
-        and the options the user named (`context.options`, parsed by `cls.options`)."""
+        and the options the run names (`credit.base.options_of`)."""
         return cls(
             context.policy,
+            options_of(cls, context),
             history_len=context.history_len,
             memory_budget_bytes=context.memory_budget_bytes,
             generation_cache_bytes=context.generation_cache_bytes,
             score_memo=context.score_memo,
-            **parse_options(cls, context.options),
         )
+
+    def score(self, scorer: Callable[..., Scores], *views: Sequence[Any]) -> Scores:
+        """`scorer(model, *views, memory budget, generation cache, memo)`, a function of
+        `credit.scoring`; the generation cache is cleared after, whether or not scoring
+        succeeded (this batch's prompts are used up: free them before the update)."""
+        try:
+            return scorer(
+                self.model, *views, self.memory_budget_bytes, self.generation_cache, self.score_memo
+            )
+        finally:
+            if self.generation_cache is not None:
+                self.generation_cache.clear()
 
     def hindsight_text(self, trajectory: Trajectory, t: int) -> str:
         """The hindsight block of step t, as the options choose it."""

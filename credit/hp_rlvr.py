@@ -34,8 +34,10 @@ Open choices (the paper body is not available), each the default here:
   `credit.views.action_span_mask`); ineligible tokens get credit 0 and do not enter the
   trajectory's mean divergence;
 - per-step credit (for step-level consumers) = mean of the step's eligible token credits.
-Each choice is a constructor option, named on the command line with
-`--credit-option key=value` (`HPRLVR.options`).
+Each choice is an option (`HPRLVROptions`), named on the command line with
+`--credit-options key=value`. The weights (`divergence_weights`, `token_credit`) and the
+baseline's update (`updated_baselines`) are pure functions, called by `HPRLVR` and by the
+verl estimator (integrations/verl_credit.py).
 R is the trajectory's total return (see `credit.grpo`).
 """
 
@@ -43,39 +45,109 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
 
 import numpy as np
 
 from agents.generation_cache import DEFAULT_GENERATION_CACHE_BYTES
 from agents.models import LoadedModel
-from agents.prompts import HINDSIGHT_POSITIONS
 from agents.trajectory import Trajectory
 from credit.base import CreditOutput
 from credit.hindsight import (
-    CONTENTS,
-    HP_RLVR_WORDING,
-    WORDINGS,
     HindsightBlock,
     HindsightContent,
+    HindsightPosition,
     HindsightScorer,
-    hindsight_block,
+    WordingName,
 )
-from credit.options import OptionParser, choice, parse_bool, parse_float, parse_int
+from credit.options import check_choices, doc
 from credit.scoring import DEFAULT_MEMORY_BUDGET_BYTES, ScoreMemo, score_divergence
 from credit.views import action_span_mask, causal_view
 
 # Below this mean divergence the two views are treated as identical (float32 noise).
 MIN_MEAN_DIVERGENCE = 1e-12
+EligibleTokens = Literal["response", "action"]
+
+
+@dataclass(frozen=True)
+class HPRLVROptions:
+    """The options of `HPRLVR` (`credit.options`; the module docstring has the math)."""
+
+    baseline_momentum: float = field(
+        default=0.9,
+        metadata=doc("EMA momentum m of the baseline, b <- m b + (1 - m) mean R, in [0, 1)"),
+    )
+    initial_baseline: float = field(
+        default=0.0,
+        metadata=doc("the global baseline before any batch (0: a failure paid 0 gets no credit)"),
+    )
+    normalise_weights: bool = field(
+        default=True, metadata=doc("w_j = d_j / mean_k d_k (true) or d_j (false)")
+    )
+    max_weight: float = field(default=5.0, metadata=doc("cap of the normalised weight, > 0"))
+    max_future_steps: int = field(
+        default=8, metadata=doc("future steps shown in a `future` block, >= 0")
+    )
+    max_observation_chars: int = field(
+        default=400, metadata=doc("characters kept of each observation in the block, >= 0")
+    )
+    hindsight: HindsightContent = field(
+        default="future", metadata=doc("what the hindsight block shows (credit/hindsight.py)")
+    )
+    hindsight_position: HindsightPosition = field(
+        default="before_instruction", metadata=doc("where the block sits in the step's prompt")
+    )
+    wording: WordingName = field(
+        default="hp_rlvr", metadata=doc("the block's verdict words (credit/hindsight.py)")
+    )
+    eligible_tokens: EligibleTokens = field(
+        default="response",
+        metadata=doc(
+            "the tokens that get credit: every generated token (response) or the command's "
+            "(action, credit.views.action_span_mask)"
+        ),
+    )
+
+    def __post_init__(self) -> None:
+        check_choices(self)
+        if not 0.0 <= self.baseline_momentum < 1.0:
+            raise ValueError(f"baseline_momentum must be in [0, 1), got {self.baseline_momentum}")
+        if self.max_weight <= 0:
+            raise ValueError(f"max_weight must be positive, got {self.max_weight}")
+        if self.max_future_steps < 0 or self.max_observation_chars < 0:
+            raise ValueError(
+                "max_future_steps and max_observation_chars must be >= 0, got "
+                f"{self.max_future_steps}, {self.max_observation_chars}"
+            )
+
+    def block(self, history_len: int = 2) -> HindsightBlock:
+        """The hindsight prompt these options choose, with `history_len` history steps."""
+        return HindsightBlock(
+            self.hindsight,
+            self.wording,
+            self.hindsight_position,
+            self.max_future_steps,
+            self.max_observation_chars,
+            history_len,
+        )
+
+
+# HP-RLVR's default hindsight prompt (the verl adapter's views re-export it).
+HP_RLVR_BLOCK = HPRLVROptions().block()
 
 
 def future_hindsight(
-    trajectory: Trajectory, t: int, max_future_steps: int = 8, max_observation_chars: int = 400
+    trajectory: Trajectory,
+    t: int,
+    max_future_steps: int = HP_RLVR_BLOCK.future_steps,
+    max_observation_chars: int = HP_RLVR_BLOCK.max_observation_chars,
 ) -> str:
     """Verifier feedback and the realized future after step t: the default hindsight block."""
-    return hindsight_block(
-        "future", trajectory, t, HP_RLVR_WORDING, max_future_steps, max_observation_chars
+    block = replace(
+        HP_RLVR_BLOCK, future_steps=max_future_steps, max_observation_chars=max_observation_chars
     )
+    return block.text(trajectory, t)
 
 
 def divergence_weights(
@@ -161,19 +233,7 @@ class HPRLVR(HindsightScorer):
 
     Args:
         model: the policy snapshot that generated the trajectories (`LoadedModel`).
-        baseline_momentum: EMA momentum m of the baseline, b <- m b + (1 - m) mean R
-            (0.9: about the last ten batches).
-        initial_baseline: global baseline before any batch (0.0: a failure with R = 0 gets
-            no credit until a success has raised the baseline).
-        normalise_weights: w_j = d_j / mean d (True) or d_j (False).
-        max_weight: cap of the normalised weight (5.0).
-        max_future_steps: future steps shown in the hindsight block (8).
-        max_observation_chars: characters kept of each future observation (400).
-        hindsight: content of the hindsight block (`credit.hindsight.CONTENTS`; `future`).
-        hindsight_position: where it sits (`agents.prompts.HINDSIGHT_POSITIONS`;
-            `before_instruction`).
-        wording: verdict words of the block (`credit.hindsight.WORDINGS`; `hp_rlvr`).
-        eligible_tokens: `response` (every generated token) or `action` (the command's).
+        options: `HPRLVROptions` (None: the defaults).
         history_len: steps of history in rebuilt prompts (2).
         memory_budget_bytes: scoring chunk budget (`credit.scoring`).
         generation_cache_bytes: budget of `generation_cache` (`agents.generation_cache`),
@@ -189,64 +249,27 @@ class HPRLVR(HindsightScorer):
     name = "hp_rlvr"
     reads = frozenset({"return", "observations", "actions", "feedback"})
     default_group_size = 1  # single rollout per task: the paper's setting
-    # The options a user can set by name (`--credit-option key=value`), with their parsers.
-    options: ClassVar[dict[str, OptionParser]] = {
-        "baseline_momentum": parse_float,
-        "initial_baseline": parse_float,
-        "normalise_weights": parse_bool,
-        "max_weight": parse_float,
-        "max_future_steps": parse_int,
-        "hindsight": choice(*CONTENTS),
-        "hindsight_position": choice(*HINDSIGHT_POSITIONS),
-        "wording": choice(*WORDINGS),
-        "eligible_tokens": choice("response", "action"),
-    }
+    Options = HPRLVROptions
+    options: HPRLVROptions
 
     def __init__(
         self,
         model: LoadedModel,
-        baseline_momentum: float = 0.9,
-        initial_baseline: float = 0.0,
-        normalise_weights: bool = True,
-        max_weight: float = 5.0,
-        max_future_steps: int = 8,
-        max_observation_chars: int = 400,
-        hindsight: HindsightContent = "future",
-        hindsight_position: str = "before_instruction",
-        wording: str = "hp_rlvr",
-        eligible_tokens: str = "response",
+        options: HPRLVROptions | None = None,
         history_len: int = 2,
         memory_budget_bytes: int = DEFAULT_MEMORY_BUDGET_BYTES,
         generation_cache_bytes: int = DEFAULT_GENERATION_CACHE_BYTES,
         score_memo: ScoreMemo | None = None,
     ) -> None:
-        if not 0.0 <= baseline_momentum < 1.0:
-            raise ValueError(f"baseline_momentum must be in [0, 1), got {baseline_momentum}")
-        if max_weight <= 0:
-            raise ValueError(f"max_weight must be positive, got {max_weight}")
-        if eligible_tokens not in ("response", "action"):
-            raise ValueError(
-                f"eligible_tokens must be 'response' or 'action', got {eligible_tokens!r}"
-            )
+        self.options = HPRLVROptions() if options is None else options
         self._init_scorer(
             model,
-            HindsightBlock(
-                hindsight,
-                wording,
-                hindsight_position,
-                max_future_steps,
-                max_observation_chars,
-                history_len,
-            ),
+            self.options.block(history_len),
             memory_budget_bytes,
             generation_cache_bytes,
             score_memo,
         )
-        self.baseline_momentum = baseline_momentum
-        self.normalise_weights = normalise_weights
-        self.max_weight = max_weight
-        self.eligible_tokens = eligible_tokens
-        self.global_baseline = float(initial_baseline)
+        self.global_baseline = float(self.options.initial_baseline)
         self.task_baselines: dict[str, float] = {}
 
     @staticmethod
@@ -268,25 +291,12 @@ class HPRLVR(HindsightScorer):
             for t in range(traj.length):
                 causal.append(causal_view(tokenizer, traj, t, self.history_len))
                 hindsight.append(self.hindsight_view_of(traj, t))
-        try:
-            scores = iter(
-                score_divergence(
-                    self.model,
-                    causal,
-                    hindsight,
-                    self.memory_budget_bytes,
-                    self.generation_cache,
-                    self.score_memo,
-                )
-            )
-        finally:  # this batch's prompts are used up; free them before the update
-            if self.generation_cache is not None:
-                self.generation_cache.clear()
+        scores = iter(self.score(score_divergence, causal, hindsight))
         return [[next(scores).jsd for _ in traj.steps] for traj in trajectories]
 
     def eligible(self, trajectory: Trajectory, t: int, num_tokens: int) -> np.ndarray:
         """[A_t] bool: which of step t's `num_tokens` scored tokens receive credit."""
-        if self.eligible_tokens == "action":
+        if self.options.eligible_tokens == "action":
             return action_span_mask(self.model.tokenizer, trajectory, t)
         return np.ones(num_tokens, dtype=bool)
 
@@ -299,10 +309,11 @@ class HPRLVR(HindsightScorer):
             baselines.append(baseline)
             masks = [self.eligible(traj, t, d.size) for t, d in enumerate(traj_divergences)]
             eligible = [d[m] for d, m in zip(traj_divergences, masks, strict=True)]
+            options = self.options
             credit = token_credit(
-                eligible, traj.total_return, baseline, self.normalise_weights, self.max_weight
+                eligible, traj.total_return, baseline, options.normalise_weights, options.max_weight
             )
-            weights = divergence_weights(eligible, self.normalise_weights, self.max_weight)
+            weights = divergence_weights(eligible, options.normalise_weights, options.max_weight)
             zero_weight += int(traj.length > 0 and not any(np.any(w) for w in weights))
             step_advantages.append(step_credit(credit))
             # Ineligible tokens get 0; scripted steps carry no generated tokens, so their
@@ -333,7 +344,7 @@ class HPRLVR(HindsightScorer):
             self.global_baseline,
             [self.task_key(traj) for traj in trajectories],
             np.array([traj.total_return for traj in trajectories], dtype=np.float64),
-            self.baseline_momentum,
+            self.options.baseline_momentum,
         )
         return CreditOutput(step_advantages, token_advantages, metrics)
 

@@ -60,7 +60,7 @@ from agents.trajectory import Step, Trajectory
 from credit.base import CreditModule
 from credit.gigpo import GiGPO
 from credit.grpo import GRPO
-from credit.hp_rlvr import token_credit, updated_baselines
+from credit.hp_rlvr import HPRLVROptions, token_credit, updated_baselines
 from credit.rule_based import RuleBased
 
 ENV_ID = "verl"  # the `env_id` of trajectories rebuilt from a verl batch
@@ -245,27 +245,29 @@ class HPRLVREstimator:
     (`register_adv_est(name)(HPRLVREstimator(...))`), keeps its own. A verl checkpoint
     does not save them, so a resumed run starts them over.
 
-    Args: as `credit.hp_rlvr.HPRLVR` (baseline_momentum, initial_baseline,
-        normalise_weights, max_weight).
+    Args:
+        options: `credit.hp_rlvr.HPRLVROptions`, the options `credit.hp_rlvr.HPRLVR` takes
+            (this estimator reads baseline_momentum, initial_baseline, normalise_weights
+            and max_weight; the block's options choose the views,
+            `hindsight_batch(batch, tokenizer, options.block())`); None: the defaults.
+    Raises:
+        ValueError: `eligible_tokens="action"` (the command's tokens need the tokenizer's
+            decoding, which the estimator does not have).
     """
 
-    def __init__(
-        self,
-        baseline_momentum: float = 0.9,
-        initial_baseline: float = 0.0,
-        normalise_weights: bool = True,
-        max_weight: float = 5.0,
-    ) -> None:
-        self.baseline_momentum = baseline_momentum
-        self.initial_baseline = float(initial_baseline)
-        self.normalise_weights = normalise_weights
-        self.max_weight = max_weight
+    def __init__(self, options: HPRLVROptions | None = None) -> None:
+        self.options = HPRLVROptions() if options is None else options
+        if self.options.eligible_tokens != "response":
+            raise ValueError(
+                "the verl estimator credits every response token (eligible_tokens=response), "
+                f"got eligible_tokens={self.options.eligible_tokens}"
+            )
         self.reset()
 
     def reset(self) -> None:
         """Forget every batch seen: the global baseline back to `initial_baseline`, no task
         baseline (as a new instance; `credit.hp_rlvr.HPRLVR` before its first batch)."""
-        self.global_baseline = self.initial_baseline
+        self.global_baseline = float(self.options.initial_baseline)
         self.task_baselines: dict[str, float] = {}
 
     def __call__(
@@ -298,8 +300,8 @@ class HPRLVREstimator:
                 [divergence[row, turn.start : turn.end] for turn in row_turns],
                 trajectory.total_return,
                 baseline,
-                self.normalise_weights,
-                self.max_weight,
+                self.options.normalise_weights,
+                self.options.max_weight,
             )
             for values, turn in zip(credit, row_turns, strict=True):
                 advantages[row, turn.start : turn.end] = torch.from_numpy(values)
@@ -308,7 +310,7 @@ class HPRLVREstimator:
             self.global_baseline,
             task_keys,
             np.array([t.total_return for t in trajectories], dtype=np.float64),
-            self.baseline_momentum,
+            self.options.baseline_momentum,
         )
         advantages = advantages.to(response_mask.device)
         return advantages, advantages

@@ -65,20 +65,19 @@ from verl import DataProto
 from verl.trainer.ppo.core_algos import register_adv_est
 
 from agents.trajectory import Trajectory
-from credit.base import verdict
-from credit.grpo import group_members, group_normalised
-from credit.hcapo import (
-    VARIANTS,
-    check_credit_options,
-    combined_advantages,
-    micro_advantages,
-    smoothed,
-)
 
-# The blocks are re-exported: a verl user names them next to `hindsight_batch`.
-from credit.hindsight import HCAPO_BLOCK as HCAPO_BLOCK
-from credit.hindsight import HP_RLVR_BLOCK as HP_RLVR_BLOCK
+# The default blocks are re-exported: a verl user names them next to `hindsight_batch`
+# (`HCAPOOptions(...).block()` / `HPRLVROptions(...).block()` for other options).
+from credit.hcapo import HCAPO_BLOCK as HCAPO_BLOCK
+from credit.hcapo import (
+    HCAPOOptions,
+    hcapo_advantages,
+    needs_causal,
+    needs_scores,
+    trajectory_q,
+)
 from credit.hindsight import HindsightBlock
+from credit.hp_rlvr import HP_RLVR_BLOCK as HP_RLVR_BLOCK
 from credit.scoring import jensen_shannon
 from credit.views import TeacherForced
 from integrations.verl_credit import Turn, place_by_turn, trajectories_from_batch, turns_of
@@ -404,54 +403,34 @@ def divergence_output(
 class HCAPOEstimator:
     """HCAPO's token advantages from hindsight log-probs that come with the batch.
 
-    Tan et al. 2026, arXiv 2603.08754 (`credit.hcapo`, whose functions this calls; its
-    module docstring has the math). Per turn t of row i: the hindsight score from
-    `batch["hindsight_log_probs"]` at the turn's positions, rho_t, Q^H_t = rho_t
-    gamma^(T-t) R_i, the micro term normalised within the group (`index`), do-no-harm on
-    successes by the verdict on the reward (`credit.base.verdict`, return > 0, as HCAPO's
-    own gate), and A_t = macro_weight A^GRPO_i +
-    omega A^Micro_t on every token of turn t; returns equal advantages.
+    Tan et al. 2026, arXiv 2603.08754 (`credit.hcapo`, whose pure functions this calls:
+    `trajectory_q` for rho -> Q -> smoothing, `hcapo_advantages` for macro + micro with
+    do-no-harm on the verdict read off the reward, `credit.base.verdict`). Per turn t of
+    row i: the hindsight score from `batch["hindsight_log_probs"]` at the turn's positions,
+    and A_t on every token of turn t; returns equal advantages.
 
     The seed variant and `causal_contrast` also read `batch["old_log_probs"]` as the
-    causal view. The score averages over every response token of the turn (HCAPO's
-    `length_normalisation="response"`; the command-only choice needs the tokenizer's
-    decoding and is not offered here).
+    causal view. The score averages over every response token of the turn
+    (`length_normalisation="response"`; the command-only choice needs the tokenizer's
+    decoding and is refused here). The hindsight block's options (`hindsight`, `wording`,
+    ...) choose the views: `hindsight_batch(batch, tokenizer, options.block())`.
 
-    Args: as `credit.hcapo.HCAPO` (variant, temperature, clip, gamma, smoothing_alpha,
-        micro_normalisation, macro_weight, omega, do_no_harm, causal_contrast), checked
-        as it checks them (`credit.hcapo.check_credit_options`).
+    Args:
+        options: `credit.hcapo.HCAPOOptions` (`HCAPOSeedOptions` for the seed variant),
+            the options `credit.hcapo.HCAPO` takes; None: the defaults.
     Raises:
-        ValueError: an option out of range, named.
+        ValueError: `length_normalisation="action"`.
     """
 
-    def __init__(
-        self,
-        variant: str = "paper",
-        temperature: float = 5.0,
-        clip: tuple[float, float] = (0.8, 1.2),
-        gamma: float = 0.95,
-        smoothing_alpha: float | None = None,
-        micro_normalisation: str = "group",
-        macro_weight: float = 1.0,
-        omega: float = 1.0,
-        do_no_harm: bool = True,
-        causal_contrast: bool = False,
-    ) -> None:
-        check_credit_options(
-            variant, temperature, clip, gamma, smoothing_alpha, micro_normalisation, causal_contrast
-        )
-        self.variant = VARIANTS[variant]
-        self.temperature = temperature
-        self.clip = clip
-        self.gamma = gamma
-        self.smoothing_alpha = smoothing_alpha
-        self.micro_normalisation = micro_normalisation
-        self.macro_weight = macro_weight
-        self.omega = omega
-        self.do_no_harm = do_no_harm
-        self.causal_contrast = causal_contrast
+    def __init__(self, options: HCAPOOptions | None = None) -> None:
+        self.options = HCAPOOptions() if options is None else options
+        if self.options.length_normalisation != "response":
+            raise ValueError(
+                "the verl estimator scores every response token (length_normalisation="
+                f"response), got length_normalisation={self.options.length_normalisation}"
+            )
         self.needs = ("hindsight_log_probs",) + (
-            ("old_log_probs",) if self.variant.needs_causal or causal_contrast else ()
+            ("old_log_probs",) if needs_causal(self.options) else ()
         )
 
     def __call__(
@@ -481,28 +460,15 @@ class HCAPOEstimator:
         causal = (
             self._per_turn(batch["old_log_probs"], turns)
             if "old_log_probs" in self.needs
-            else [[np.zeros(0)] * len(row) for row in turns]
+            else [None] * len(turns)
         )
-        q_values = []
-        for trajectory, h, c in zip(trajectories, hindsight, causal, strict=True):
-            values = self.variant.values(trajectory, self.gamma)
-            rho = np.ones(trajectory.length)
-            if np.any(values):  # as HCAPO: Q is 0 whatever rho is
-                scores = [a - b for a, b in zip(h, c, strict=True)] if self.causal_contrast else h
-                rho = self.variant.ratio(scores, c, self.temperature)
-                rho = np.clip(rho, *self.clip) if self.variant.clipped else rho
-            q_values.append(smoothed(rho * values, self.smoothing_alpha))
-        groups = group_members(trajectories)
-        returns = np.array([t.total_return for t in trajectories], dtype=np.float64)
-        macro, _ = group_normalised(returns, groups, "group")
-        step_advantages = combined_advantages(
-            macro,
-            micro_advantages(q_values, groups, self.micro_normalisation),
-            np.array([verdict(t) for t in trajectories], dtype=bool),
-            self.macro_weight,
-            self.omega,
-            self.do_no_harm,
-        )
+        q_values = [
+            trajectory_q(
+                trajectory, h if needs_scores(trajectory, self.options) else None, c, self.options
+            )[0]
+            for trajectory, h, c in zip(trajectories, hindsight, causal, strict=True)
+        ]
+        step_advantages, _ = hcapo_advantages(trajectories, q_values, self.options)
         advantages = place_by_turn(step_advantages, turns, response_mask)
         return advantages, advantages
 

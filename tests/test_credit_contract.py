@@ -24,6 +24,7 @@ from credit.base import (
     check_finite_advantages,
     check_finite_rewards,
 )
+from credit.options import NoOptions
 from tests.credit_cases import CASE_MODULES, scripted_trajectory
 from tests.example_credit import ReturnToGo
 from trainers.checkpoint import latest_checkpoint, load_checkpoint
@@ -66,7 +67,8 @@ class ProtocolOnly:
     default_group_size = 4
     needs_policy = False
     conventions = ("creditgym",)
-    options: Mapping[str, Any] = {}
+    Options = NoOptions
+    options = NoOptions()
     generation_cache = None
 
     @classmethod

@@ -13,8 +13,8 @@ import pytest
 
 from benchmarks.run import LATER_FIELDS, RunConfig, build_credit, main, run_name
 from credit.base import CreditContext, build
-from credit.gigpo import GiGPO
-from credit.grpo import CONVENTIONS, GRPO, Convention, group_normalised
+from credit.gigpo import GiGPO, GiGPOOptions
+from credit.grpo import CONVENTIONS, GRPO, Convention, GRPOOptions, group_normalised
 from tests.credit_cases import scripted_trajectory
 
 GRPO_CONVENTIONS = ("creditgym", "trl", "verl", "verl-agent")
@@ -144,7 +144,7 @@ def test_trl_zero_std_fraction_counts_rows_and_follows_the_batch_std():
     assert GRPO(convention="trl")(batch).metrics["frac_reward_zero_std"] == 0.5
     # Scaled by the batch std (0.5 over [1, 0, 0, 0]), no row counts as zero std; A = 0.5 /
     # (0.5 + 1e-4) for the success, -0.5 / (0.5 + 1e-4) for its partner, 0 in group b.
-    by_batch = GRPO("batch", convention="trl")(batch)
+    by_batch = GRPO(GRPOOptions("batch"), convention="trl")(batch)
     assert by_batch.metrics["frac_reward_zero_std"] == 0.0
     np.testing.assert_allclose(
         np.concatenate(by_batch.step_advantages),
@@ -204,7 +204,7 @@ def test_gigpo_verl_agent_mean_norm_centres_step_rows_without_scaling():
         scripted_trajectory("g", [1.0], True, observations=["a0"]),
         scripted_trajectory("g", [0.0, 0.0, 0.0], False, observations=["b0", "b1", "b2"]),
     ]
-    output = GiGPO(normalise_by_std=False, convention="verl-agent")(batch)
+    output = GiGPO(GiGPOOptions(normalise_by_std=False), convention="verl-agent")(batch)
     assert advantages(output) == [[0.75], [-0.25, -0.25, -0.25]]
 
 

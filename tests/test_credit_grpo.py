@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from credit.gigpo import GiGPO, discounted_returns
-from credit.grpo import GRPO
+from credit.grpo import GRPO, GRPOOptions
 from credit.rule_based import RuleBased
 from tests.credit_cases import scripted_trajectory
 
@@ -29,12 +29,12 @@ def test_grpo_batch_and_none_scaling_and_zero_std_fraction():
         scripted_trajectory("b", [0.0], False),
         scripted_trajectory("b", [0.0], False),
     ]
-    by_batch = GRPO("batch")(batch)
+    by_batch = GRPO(GRPOOptions("batch"))(batch)
     np.testing.assert_allclose(
         np.concatenate(by_batch.step_advantages), [1.0, -1.0, 0.0, 0.0], rtol=1e-5
     )
     assert by_batch.metrics["frac_reward_zero_std"] == 0.5
-    unscaled = GRPO("none")(batch)
+    unscaled = GRPO(GRPOOptions("none"))(batch)
     np.testing.assert_allclose(np.concatenate(unscaled.step_advantages), [0.5, -0.5, 0.0, 0.0])
 
 
@@ -53,7 +53,7 @@ def test_grpo_near_uniform_group_is_not_blown_up():
 
 def test_grpo_rejects_unknown_scaling():
     with pytest.raises(ValueError, match="scale_rewards"):
-        GRPO("per-token")
+        GRPOOptions("per-token")
 
 
 def test_discounted_returns_by_hand():

@@ -14,7 +14,7 @@ from agents.episode import play_episode
 from agents.tabular import TableAgent
 from credit.exact_hindsight import exact_hindsight
 from credit.ground_truth import TaskMDPs, evaluate_policy
-from credit.hca import HCA
+from credit.hca import HCA, HCAOptions
 from tests.test_exact_hindsight import (
     CHAIN_POLICY,
     KEYDOOR,
@@ -32,7 +32,7 @@ FLOAT32_TOL = 1e-6
 
 
 def chain_hca(outcome: str) -> HCA:
-    return HCA(lambda task_id: RiskyChain(), lambda mdp: CHAIN_POLICY, outcome)
+    return HCA(lambda task_id: RiskyChain(), lambda mdp: CHAIN_POLICY, HCAOptions(outcome))
 
 
 def test_hca_on_the_chain_equals_the_hand_values():
@@ -103,7 +103,7 @@ def test_hca_sampled_on_keydoor_averages_to_the_exact_advantage():
         play_episode(env, agent, seed=k, options={"task_id": task_id}) for k in range(episodes)
     ]
     env.close()
-    credit = HCA(mdps, lambda mdp: table, "return")(trajectories).step_advantages
+    credit = HCA(mdps, lambda mdp: table, HCAOptions("return"))(trajectories).step_advantages
     by_pair: dict[tuple[str, str], list[float]] = defaultdict(list)
     for trajectory, values in zip(trajectories, credit, strict=True):
         for step, value in zip(trajectory.steps, values, strict=True):

@@ -9,8 +9,8 @@ import torch
 
 from agents.models import build_tiny
 from credit.base import CreditContext, build
-from credit.hcapo import HCAPO, HCAPOSeed, self_normalised_ratio
-from credit.hp_rlvr import HPRLVR, divergence_weights, future_hindsight
+from credit.hcapo import HCAPO, HCAPOOptions, HCAPOSeed, self_normalised_ratio
+from credit.hp_rlvr import HPRLVR, HPRLVROptions, divergence_weights, future_hindsight
 from credit.scoring import (
     ScoreMemo,
     jensen_shannon,
@@ -158,7 +158,7 @@ def test_hcapo_with_unit_ratio_matches_hand_values(tiny):
         scripted_trajectory("g", [0.0, 1.0], True),
         scripted_trajectory("g", [0.0], False),
     ]
-    output = HCAPO(tiny, clip=(1.0, 1.0))(batch)
+    output = HCAPO(tiny, HCAPOOptions(clip=(1.0, 1.0)))(batch)
     q = np.array([0.95, 1.0, 0.0])
     micro = (q - q.mean()) / q.std(ddof=1)
     macro = 0.5 / math.sqrt(0.5)
@@ -172,7 +172,7 @@ def test_hcapo_do_no_harm_zeroes_negative_micro_in_successes(tiny):
     batch = [scripted_trajectory("g", [0.0, 0.0, 1.0], True) for _ in range(2)]
     batch.append(scripted_trajectory("g", [0.0, 1.0], True))
     # All returns equal: macro = 0, so the advantage is the micro term alone.
-    harmful = HCAPO(tiny, do_no_harm=False)(batch)
+    harmful = HCAPO(tiny, HCAPOOptions(do_no_harm=False))(batch)
     assert np.concatenate(harmful.step_advantages).min() < 0
     safe = HCAPO(tiny)(batch)
     for unsafe_values, values in zip(harmful.step_advantages, safe.step_advantages, strict=True):
@@ -190,7 +190,8 @@ def test_hcapo_ratio_stays_in_the_clip_range(tiny):
 def test_hcapo_seed_variant_uses_return_to_go_and_its_weights(tiny):
     batch = [scripted_trajectory("g", [0.0, 1.0], True), scripted_trajectory("g", [0.0], False)]
     seed = HCAPOSeed(tiny)
-    assert (seed.macro_weight, seed.omega, seed.variant) == (0.6, 0.4, "seed")
+    options = seed.options
+    assert (options.macro_weight, options.omega, options.variant) == (0.6, 0.4, "seed")
     q_values, _ = seed.hindsight_q(batch)
     rho = q_values[0] / np.array([0.95, 1.0])
     assert np.all((rho >= math.exp(-5)) & (rho <= math.exp(5)))
@@ -242,7 +243,7 @@ def test_future_hindsight_shows_the_outcome_and_a_bounded_future():
 def test_hp_rlvr_sign_follows_reward_minus_baseline_and_failures_get_credit(tiny):
     success = tokenised(scripted_trajectory("a", [0.0, 1.0], True, task_id="t1"), tiny)
     failure = tokenised(scripted_trajectory("b", [0.0, 0.0], False, task_id="t2"), tiny)
-    module = HPRLVR(tiny, initial_baseline=0.5)
+    module = HPRLVR(tiny, HPRLVROptions(initial_baseline=0.5))
     output = module([success, failure])
     success_credit = np.concatenate(output.token_advantages[0])
     failure_credit = np.concatenate(output.token_advantages[1])
@@ -255,7 +256,7 @@ def test_hp_rlvr_sign_follows_reward_minus_baseline_and_failures_get_credit(tiny
 
 
 def test_hp_rlvr_baseline_is_an_ema_kept_across_batches_and_checkpointed(tiny):
-    module = HPRLVR(tiny, baseline_momentum=0.9)
+    module = HPRLVR(tiny, HPRLVROptions(baseline_momentum=0.9))
     batch = [
         scripted_trajectory("a", [1.0], True, task_id="t1"),
         scripted_trajectory("b", [0.0], False, task_id="t2"),

@@ -188,7 +188,7 @@ def test_hcapo_seed_exact_ratio_is_the_exact_hindsight_ratio(small, keydoor_batc
     agent = LLMAgent(small, **vars(SAMPLING))
     expected = []
     for trajectory in keydoor_batch:
-        if not np.any(return_to_go_values(trajectory, module.gamma)):
+        if not np.any(return_to_go_values(trajectory, module.options.gamma)):
             continue  # not scored: its Q is 0 whatever rho is
         mdp = mdps(trajectory.task_id)
         law = exact_hindsight(mdp, llm_policy_table(agent, KEYDOOR, mdp), "return")

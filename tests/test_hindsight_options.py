@@ -15,9 +15,9 @@ from benchmarks.hindsight_ablation import VARIANTS, main
 from benchmarks.run import RunConfig, run_identity, run_name, validate
 from credit import REGISTRY
 from credit.base import CreditContext, build
-from credit.hcapo import HCAPO, outcome_hindsight, self_normalised_ratio
+from credit.hcapo import HCAPO, HCAPOOptions, outcome_hindsight, self_normalised_ratio
 from credit.hindsight import HCAPO_WORDING, HP_RLVR_WORDING, hindsight_block
-from credit.hp_rlvr import HPRLVR, future_hindsight
+from credit.hp_rlvr import HPRLVR, HPRLVROptions, future_hindsight
 from credit.options import parse_options
 from credit.scoring import PairedScores, ScoreMemo
 from credit.views import action_span_mask, causal_view
@@ -108,19 +108,24 @@ def test_hindsight_position_places_the_block_where_documented(position, order):
 
 
 def test_options_are_parsed_by_name_and_refused_with_the_valid_names(tiny):
-    parsed = parse_options(HCAPO, [("clip", "0,inf"), ("do_no_harm", "off"), ("temperature", "1")])
-    assert parsed == {"clip": (0.0, float("inf")), "do_no_harm": False, "temperature": 1.0}
-    module = build(
-        REGISTRY["hp_rlvr"],
-        CreditContext(tiny, generation_cache_bytes=0, options=(("eligible_tokens", "action"),)),
+    parsed = parse_options(
+        HCAPOOptions, [("clip", "0,inf"), ("do_no_harm", "off"), ("temperature", "1")]
     )
-    assert module.eligible_tokens == "action"
+    assert parsed == HCAPOOptions(clip=(0.0, float("inf")), do_no_harm=False, temperature=1.0)
+    options = parse_options(HPRLVROptions, [("eligible_tokens", "action")])
+    module = build(
+        REGISTRY["hp_rlvr"], CreditContext(tiny, generation_cache_bytes=0, options=options)
+    )
+    assert module.options.eligible_tokens == "action"
     with pytest.raises(ValueError, match=r"valid: .*temperature"):
-        build(REGISTRY["hcapo"], CreditContext(tiny, options=(("temp", "1"),)))
+        parse_options(HCAPOOptions, [("temp", "1")])
     with pytest.raises(ValueError, match="expected one of"):
-        parse_options(HCAPO, [("hindsight", "everything")])
-    with pytest.raises(ValueError, match="has no option"):
-        build(REGISTRY["grpo"], CreditContext(options=(("gamma", "1"),)))
+        parse_options(HCAPOOptions, [("hindsight", "everything")])
+    with pytest.raises(ValueError, match="no option 'gamma'"):
+        parse_options(REGISTRY["grpo"].Options, [("gamma", "1")])
+    # Options of another module (or text not parsed) are refused before any model work.
+    with pytest.raises(TypeError, match="takes HCAPOOptions"):
+        build(REGISTRY["hcapo"], CreditContext(tiny, options=options))
 
 
 # --- each scoring option moves the credit the documented way --------------------------------
@@ -159,8 +164,8 @@ def hand_scored(tiny, module, trajectory, hindsight_command, causal_command, for
 def test_gamma_one_removes_the_late_step_preference(tiny):
     batch = [three_steps(), scripted_trajectory("g", [0.0], False)]
     # clip (1, 1) pins rho = 1: Q = gamma^(T-t) R, rising with t, unless gamma = 1.
-    discounted = HCAPO(tiny, clip=(1.0, 1.0))(batch).step_advantages[0]
-    flat = HCAPO(tiny, clip=(1.0, 1.0), gamma=1.0)(batch).step_advantages[0]
+    discounted = HCAPO(tiny, HCAPOOptions(clip=(1.0, 1.0)))(batch).step_advantages[0]
+    flat = HCAPO(tiny, HCAPOOptions(clip=(1.0, 1.0), gamma=1.0))(batch).step_advantages[0]
     assert discounted[0] < discounted[1] < discounted[2]
     np.testing.assert_allclose(flat, flat[0])
 
@@ -184,7 +189,11 @@ def test_action_length_normalisation_undilutes_and_causal_contrast_reranks(tiny)
         "action": {"length_normalisation": "action"},
         "contrast": {"length_normalisation": "action", "causal_contrast": True},
     }.items():
-        module = HCAPO(tiny, clip=(0.0, np.inf), gamma=1.0, score_memo=memo_for(tiny), **options)
+        module = HCAPO(
+            tiny,
+            HCAPOOptions(clip=(0.0, np.inf), gamma=1.0, **options),
+            score_memo=memo_for(tiny),
+        )
         hand_scored(tiny, module, success, hindsight, causal)
         q_values, _ = module.hindsight_q([success])
         rhos[name] = q_values[0] / success.total_return
@@ -202,8 +211,8 @@ def test_do_no_harm_off_lets_a_success_step_fall_below_its_macro(tiny):
         scripted_trajectory("g", [0.0] * 4 + [1.0], True),
         scripted_trajectory("g", [1.0], True),
     ]
-    kept = HCAPO(tiny, clip=(1.0, 1.0))(batch).step_advantages[0]
-    harmed = HCAPO(tiny, clip=(1.0, 1.0), do_no_harm=False)(batch).step_advantages[0]
+    kept = HCAPO(tiny, HCAPOOptions(clip=(1.0, 1.0)))(batch).step_advantages[0]
+    harmed = HCAPO(tiny, HCAPOOptions(clip=(1.0, 1.0), do_no_harm=False))(batch).step_advantages[0]
     np.testing.assert_array_equal(kept[:3], [0.0, 0.0, 0.0])
     assert (harmed[:3] < 0).all()
     np.testing.assert_allclose(kept[3:], harmed[3:])
@@ -213,7 +222,7 @@ def test_action_eligible_tokens_move_hp_rlvr_credit_off_formatting_tokens(tiny):
     success = tokenised(three_steps(), tiny)
     results = {}
     for eligible in ("response", "action"):
-        module = HPRLVR(tiny, eligible_tokens=eligible, score_memo=memo_for(tiny))
+        module = HPRLVR(tiny, HPRLVROptions(eligible_tokens=eligible), score_memo=memo_for(tiny))
         for t in range(success.length):
             mask = action_span_mask(tiny.tokenizer, success, t)
             # Step 0: the formatting tokens diverge (0.5) but its command does not; step 1:
@@ -242,7 +251,7 @@ def test_ablation_refuses_unknown_variants_and_bad_sizes_in_one_line(capsys):
     assert "multiples of --group-size" in capsys.readouterr().err
     # Every named variant's options are valid options of its module.
     for variant in VARIANTS:
-        parse_options(REGISTRY[variant.module], variant.options)
+        parse_options(REGISTRY[variant.module].Options, variant.options)
 
 
 def test_credit_options_enter_the_run_identity_in_any_order_and_bad_ones_are_refused():
@@ -252,7 +261,7 @@ def test_credit_options_enter_the_run_identity_in_any_order_and_bad_ones_are_ref
     assert run_name(named) == run_name(reordered) != run_name(base)
     assert "credit_options" not in run_identity(base)  # unnamed: every run keeps its name
     for bad, message in (
-        (("temp=1",), "has no option 'temp'"),
+        (("temp=1",), "no option 'temp'"),
         (("temperature",), "key=value"),
         (("temperature=hot",), "expected a number"),
     ):
@@ -266,7 +275,7 @@ def test_weight_normalisation_makes_hp_rlvr_credit_blind_to_the_divergence_level
     success = tokenised(three_steps(), tiny)
 
     def step_credit(normalise: bool, scale: float) -> np.ndarray:
-        module = HPRLVR(tiny, normalise_weights=normalise, score_memo=memo_for(tiny))
+        module = HPRLVR(tiny, HPRLVROptions(normalise_weights=normalise), score_memo=memo_for(tiny))
         for t in range(success.length):
             mask = action_span_mask(tiny.tokenizer, success, t)
             jsd = np.full(mask.size, scale * (0.1 + 0.1 * t), dtype=np.float32)

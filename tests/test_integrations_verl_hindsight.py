@@ -23,7 +23,7 @@ from agents.llm import LLMAgent
 from agents.models import LoadedModel, build_small
 from agents.rollout import collect
 from agents.trajectory import Trajectory
-from credit.hcapo import HCAPO, HCAPOSeed
+from credit.hcapo import HCAPO, HCAPOOptions, HCAPOSeed, HCAPOSeedOptions
 from credit.hp_rlvr import HPRLVR
 from credit.views import causal_view
 from integrations.verl_credit import compute_advantage
@@ -187,9 +187,7 @@ def test_seed_variant_takes_the_causal_view_from_old_log_probs(rollout) -> None:
     batch = verl_batch(trajectories, small.tokenizer.pad_token_id)
     views = hindsight_batch(batch, small.tokenizer, HCAPO_BLOCK)
     attach_view_values(batch, views, actor_log_probs(small, views), "hindsight_log_probs")
-    register_adv_est("test_creditgym_hcapo_seed")(
-        HCAPOEstimator(variant="seed", macro_weight=0.6, omega=0.4)
-    )
+    register_adv_est("test_creditgym_hcapo_seed")(HCAPOEstimator(HCAPOSeedOptions()))
     with pytest.raises(ValueError, match="old_log_probs"):
         compute_advantage(batch, "test_creditgym_hcapo_seed")
     causal = causal_views(small, trajectories, views)
@@ -297,13 +295,15 @@ def test_causal_batch_is_each_turn_as_verls_policy_saw_it(rollout) -> None:
     assert k == len(causal)
 
 
-def test_estimator_rejects_a_bad_option_as_hcapo_does(rollout) -> None:
-    small, _ = rollout
-    with pytest.raises(ValueError, match=r"gamma must be in \[0, 1\], got 1.5") as estimator:
-        HCAPOEstimator(gamma=1.5)
-    with pytest.raises(ValueError) as module:
-        HCAPO(small, gamma=1.5, generation_cache_bytes=0)
-    assert str(estimator.value) == str(module.value)
+def test_estimator_takes_the_modules_options_and_refuses_what_it_cannot_compute() -> None:
+    # One declaration, one check: the options class refuses for the module and the estimator.
+    with pytest.raises(ValueError, match=r"gamma must be in \[0, 1\], got 1.5"):
+        HCAPOOptions(gamma=1.5)
+    assert HCAPOEstimator().needs == ("hindsight_log_probs",)
+    assert HCAPOEstimator(HCAPOSeedOptions()).needs == ("hindsight_log_probs", "old_log_probs")
+    assert HCAPOEstimator(HCAPOOptions(causal_contrast=True)).needs[-1] == "old_log_probs"
+    with pytest.raises(ValueError, match="length_normalisation"):
+        HCAPOEstimator(HCAPOOptions(length_normalisation="action"))
 
 
 def test_views_need_the_turn_text_fields(rollout) -> None:

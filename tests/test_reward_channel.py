@@ -20,7 +20,7 @@ from benchmarks.run import RunConfig, run, run_name
 from credit.base import verdict
 from credit.ground_truth import MDP_CHANNELS, TaskMDPs
 from credit.grpo import GRPO
-from credit.hcapo import HCAPO
+from credit.hcapo import HCAPO, HCAPOOptions
 from credit.hindsight import HCAPO_WORDING, hindsight_block
 from credit.oracle import Oracle
 from tests.credit_cases import scripted_trajectory, tokenised
@@ -73,7 +73,7 @@ def tiny():
 
 def micro_terms(batch: list[Trajectory], loaded) -> list[np.ndarray]:
     """HCAPO's micro term per step (its credit less GRPO's), the ratio fixed at 1."""
-    hcapo = HCAPO(loaded, clip=(1.0, 1.0), generation_cache_bytes=0)(batch)
+    hcapo = HCAPO(loaded, HCAPOOptions(clip=(1.0, 1.0)), generation_cache_bytes=0)(batch)
     grpo = GRPO()(batch)
     return [h - g for h, g in zip(hcapo.step_advantages, grpo.step_advantages, strict=True)]
 
