@@ -121,14 +121,16 @@ class NoisyExpertAgent:
     An epsilon-greedy behaviour policy around the env's plan: it reaches the states an
     expert reaches and still tries every command there, so its transcripts pair each
     action with both outcomes (trainers/warm_start.py learns p(action | state, outcome)
-    from them).
+    from them), and its mistakes still often end in success (credit/evaluate.py mixes it
+    with the expert and the random agent). One uniform draw per step decides, then one
+    choice among the commands; a step with no commands offered plays the expert and
+    draws nothing.
     """
-
-    name = "noisy-expert"
 
     def __init__(self, noise: float = 0.5, seed: int = 0) -> None:
         if not 0.0 <= noise <= 1.0:
             raise ValueError(f"noise must be in [0, 1] (got {noise})")
+        self.name = f"noisy-expert-{noise:g}"
         self.noise = noise
         self.expert = ExpertAgent()
         self.rng = random.Random(seed)

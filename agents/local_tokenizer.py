@@ -6,7 +6,8 @@ tokenizer is trained with the `tokenizers` library (byte-level BPE, Sennrich et 
 2016, ACL, arXiv 1508.07909; GPT-2's byte alphabet) on the text the policy actually
 reads and writes: the chat-templated prompts of `agents.prompts` (intro, task,
 observation, admissible actions, instruction; with and without a hindsight block) for
-every step of seeded random-agent episodes of every registered env, plus each
+every step of seeded random-agent episodes of the envs registered with
+`tokenizer_episodes` (`corpus_env_ids()`), plus each
 admissible command in the constrained-decoding format `<action>command</action>`.
 Merges may cross spaces (no regex pre-split), so recurring phrases ("take the key",
 the fixed instruction) become single tokens: the same KeyDoor prompt takes ~90 tokens
@@ -16,19 +17,27 @@ Every string round-trips: the 256 byte symbols are in the vocabulary whatever th
 corpus held, so text no env produced (a typed command, another env's feedback) still
 encodes, only in more tokens.
 
-Built on first use and cached as `tokenizer.json` under `$CREDITGYM_CACHE/models`
-(default `~/.cache/creditgym/models`), in a folder named by a hash of what decides
-the corpus (the registered env ids, which are bumped whenever an env's text changes,
-the prompt scaffolding of `agents.prompts`, and the settings here). Training is
-deterministic (BPE breaks count ties by pair id; tested across processes), so two
-machines build the same file.
+The trained tokenizer is a committed, versioned file, `agents/small_tokenizer_v1.json`
+(`TOKENIZER_FILE`), not a cache built on first use: registering an env never changes the
+vocabulary of `small` (an env enters the corpus only by its `EnvInfo.tokenizer_episodes`,
+0 by default), and every run records the file's fingerprint (`vocabulary()`) in its
+config.json, so `benchmarks.run` refuses to resume a run under another vocabulary.
+Training is deterministic (BPE breaks count ties by pair id; tested across processes),
+and tests/test_small_model.py checks that the current corpus trains to the committed
+bytes. When the corpus changes (an env in it bumps its `-vN`, an env joins it), bump
+`TOKENIZER_VERSION`, rebuild, and set `TOKENIZER_SHA256` and `CORPUS_KEY` to what it prints:
+
+    python -m agents.local_tokenizer   # writes small_tokenizer_v<N>.json
+
+A new vocabulary means `small`'s runs start afresh (a run under the old one is refused)
+and `small-warm`'s cache is rebuilt (its key holds the fingerprint).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import logging
+import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -40,49 +49,48 @@ import envs
 from agents import prompts
 from agents.atomic import atomic_write_text
 from agents.base import RandomAgent
-from agents.episode import play_episode
-from agents.models import (
+from agents.chat_tokenizer import (
     CHATML_TEMPLATE,
     SPECIAL_TOKENS,
     build_byte_tokenizer,
-    cache_dir,
     chatml_tokenizer,
 )
+from agents.episode import play_episode
 from agents.parsing import ACTION_CLOSE, ACTION_OPEN
 
-logger = logging.getLogger(__name__)
-
-# Bump when the corpus recipe or the trainer settings below change meaning.
+# Bump with every rebuilt file (a new file name: the old one stays readable in git).
 TOKENIZER_VERSION = 1
+TOKENIZER_FILE = Path(__file__).with_name(f"small_tokenizer_v{TOKENIZER_VERSION}.json")
+# sha256 of the committed file, and `corpus_key()` of the recipe it was trained from
+# (tests/test_small_model.py checks both against the file and the current code).
+TOKENIZER_SHA256 = "1d58cfb43bfddbb6550c8c9617f8fda403a54d2705754a72538a7b3eb84bbb47"
+CORPUS_KEY = "50be9dcdaa13"
 VOCAB_SIZE = 2048
-# Seeded random-agent episodes per registered env, each cut at this many steps: enough
-# to see every KeyDoor / Umbrella state kind and SysDiag's outputs; ALFWorld and
-# CodeExec (a few seconds per episode) contribute their phrasing, not their breadth.
-CORPUS_EPISODES = 8
+# Each corpus episode is cut at this many steps (or the env's own limit, if shorter).
 CORPUS_MAX_STEPS = 8
-# Registered envs left out of the corpus, with why; every other registered env is in.
-CORPUS_SKIPPED: dict[str, str] = {
-    "creditgym/ALFWorld-v0": (
-        "its games are generated on first use (about a minute on an idle 2-core machine, "
-        "over ten minutes under load), which `small` would otherwise impose on every fresh "
-        "machine; its text still encodes, in more tokens"
-    ),
-}
 # Stands in for a credit module's hindsight text in the corpus, so the prompt's
 # hindsight header is learnt; the modules' own blocks reuse env feedback and observations.
 CORPUS_HINDSIGHT = "Outcome: {verdict}. Feedback: {feedback}"
 
 
-def corpus_key(env_ids: Sequence[str]) -> str:
-    """Hash of everything that decides the corpus and the trained tokenizer (12 hex)."""
+def corpus_env_ids() -> list[str]:
+    """The envs whose text forms the corpus: those registered with `tokenizer_episodes`
+    > 0, in registration order."""
+    return [env_id for env_id, info in envs.ENVS.items() if info.tokenizer_episodes > 0]
+
+
+def corpus_key(env_ids: Sequence[str] | None = None) -> str:
+    """Hash of everything that decides the corpus and the trained tokenizer (12 hex): the
+    envs (ids, bumped whenever an env's text changes; episodes; intros), the prompt
+    scaffolding of `agents.prompts`, and the settings here. Default: `corpus_env_ids()`."""
+    ids = corpus_env_ids() if env_ids is None else list(env_ids)
     identity = {
-        "version": TOKENIZER_VERSION,
         "vocab_size": VOCAB_SIZE,
-        "episodes": CORPUS_EPISODES,
         "max_steps": CORPUS_MAX_STEPS,
-        "env_ids": list(env_ids),
-        "intros": prompts.INTROS,
-        "default_intro": prompts.DEFAULT_INTRO,
+        "envs": [
+            [env_id, envs.ENVS[env_id].tokenizer_episodes, envs.ENVS[env_id].intro]
+            for env_id in ids
+        ],
         "instruction": prompts.INSTRUCTION,
         "hindsight": CORPUS_HINDSIGHT,
         "template": CHATML_TEMPLATE,
@@ -91,12 +99,13 @@ def corpus_key(env_ids: Sequence[str]) -> str:
 
 
 def corpus_texts(env_ids: Sequence[str]) -> Iterator[str]:
-    """The training corpus: per env, `CORPUS_EPISODES` seeded random-agent episodes.
+    """The training corpus: per env, its `EnvInfo.tokenizer_episodes` seeded random-agent
+    episodes.
 
     Yields, per step, the rendered causal prompt (no history, as `small` prompts Markov
     envs; the history lines reuse the same observations), the same prompt with a
     hindsight block, and `<action>command</action>` for each admissible command.
-    Deterministic: seeds 0..CORPUS_EPISODES-1, `RandomAgent(seed)`, the envs' own
+    Deterministic: seeds 0, 1, ..., `RandomAgent(seed)`, the envs' own
     same-seed determinism (tests/test_env_registry.py).
     """
     # The chat template rendered by the same jinja code the policy's tokenizer runs.
@@ -105,7 +114,7 @@ def corpus_texts(env_ids: Sequence[str]) -> Iterator[str]:
         limit = min(CORPUS_MAX_STEPS, envs.ENVS[env_id].max_episode_steps)
         env = gym.make(env_id, max_steps=limit)
         try:
-            for seed in range(CORPUS_EPISODES):
+            for seed in range(envs.ENVS[env_id].tokenizer_episodes):
                 trajectory = play_episode(env, RandomAgent(seed=seed), seed=seed)
                 hindsight = CORPUS_HINDSIGHT.format(
                     verdict="success" if trajectory.success else "failure",
@@ -151,32 +160,33 @@ def train_backend(texts: Sequence[str], vocab_size: int = VOCAB_SIZE) -> Tokeniz
 
 
 def wrap(backend: Tokenizer) -> PreTrainedTokenizerFast:
-    """The transformers tokenizer the policy uses (`agents.models.chatml_tokenizer`)."""
+    """The transformers tokenizer the policy uses (`agents.chat_tokenizer.chatml_tokenizer`)."""
     return chatml_tokenizer(backend)
 
 
-def corpus_env_ids() -> list[str]:
-    """The default corpus: every registered env but those in `CORPUS_SKIPPED`."""
-    return [env_id for env_id in envs.ENVS if env_id not in CORPUS_SKIPPED]
+def load_local_tokenizer() -> PreTrainedTokenizerFast:
+    """`small`'s tokenizer, read from the committed `TOKENIZER_FILE`."""
+    return wrap(Tokenizer.from_file(str(TOKENIZER_FILE)))
 
 
-def tokenizer_path(env_ids: Sequence[str] | None = None) -> Path:
-    """Where the tokenizer for `env_ids` (default: `corpus_env_ids()`) is cached."""
-    ids = corpus_env_ids() if env_ids is None else list(env_ids)
-    folder = f"small-tokenizer-v{TOKENIZER_VERSION}-{corpus_key(ids)}"
-    return cache_dir() / folder / "tokenizer.json"
+def vocabulary() -> dict[str, object]:
+    """What a run records of `small`'s vocabulary: the tokenizer's version and the sha256
+    of its file as read now (a rebuilt or edited file reads differently)."""
+    return {
+        "tokenizer": TOKENIZER_FILE.name,
+        "version": TOKENIZER_VERSION,
+        "sha256": hashlib.sha256(TOKENIZER_FILE.read_bytes()).hexdigest(),
+    }
 
 
-def load_local_tokenizer(env_ids: Sequence[str] | None = None) -> PreTrainedTokenizerFast:
-    """The env-text tokenizer, trained and cached on first use (see the module docstring).
+def rebuild(path: Path = TOKENIZER_FILE) -> str:
+    """Train on the current corpus and write the tokenizer to `path`; returns its sha256."""
+    text = train_backend(list(corpus_texts(corpus_env_ids()))).to_str()
+    atomic_write_text(path, text)
+    return hashlib.sha256(text.encode()).hexdigest()
 
-    Args:
-        env_ids: envs whose text forms the corpus; default `corpus_env_ids()`.
-    """
-    ids = corpus_env_ids() if env_ids is None else list(env_ids)
-    path = tokenizer_path(ids)
-    if not path.is_file():
-        logger.info("training the `small` tokenizer on the envs' text (once) ...")
-        # A concurrent build writes the same bytes, and a reader never sees half a file.
-        atomic_write_text(path, train_backend(list(corpus_texts(ids))).to_str())
-    return wrap(Tokenizer.from_file(str(path)))
+
+if __name__ == "__main__":
+    # `python -m agents.local_tokenizer [PATH]`: the rebuild the module docstring describes.
+    target = Path(sys.argv[1]) if len(sys.argv) > 1 else TOKENIZER_FILE
+    print(f"{target}: sha256 {rebuild(target)}, corpus key {corpus_key()}")

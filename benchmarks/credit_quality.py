@@ -19,10 +19,10 @@ import tyro
 
 import credit
 import envs
-from agents.models import MODELS, ModelUnavailableError, load_model
-from benchmarks.cli import UsageError, exit_on_usage_error, lookup, suggest
+from benchmarks import common
+from benchmarks.cli import UsageError, exit_on_usage_error
 from credit.base import NonFiniteError
-from credit.evaluate import EvaluateArgs, build_module, collect, credit_quality, format_table
+from credit.evaluate import EvaluateArgs, QualityRow, build_module, collect, credit_quality
 from credit.scoring import ScoreMemo, prefetch_modules
 
 
@@ -44,12 +44,23 @@ def module_names(spec: str) -> list[str]:
 
 def validate(args: EvaluateArgs) -> EvaluateArgs:
     """Check every name and number before any work; returns `args` with the env's id."""
-    env_id = lookup("env", args.env, {**envs.short_names(), **{i: i for i in envs.ENVS}})
+    env_id = common.env_id(args.env)
     if args.episodes < 1 or args.group_size < 1:
         raise UsageError("--episodes and --group-size must be >= 1")
     if not 0.0 <= args.noise <= 1.0:
         raise UsageError(f"--noise is a probability in [0, 1] (got {args.noise})")
     return EvaluateArgs(**{**args.__dict__, "env": env_id})
+
+
+def format_table(name: str, rows: dict[str, QualityRow]) -> str:
+    """`== name`, then a markdown table of one module's figures per outcome."""
+    columns = ["outcome", "trajs", "ranked", "AUROC", "AUROC|c|", "P@k", "chance"]
+    cells = [
+        [outcome, str(row.trajectories), str(row.ranked)]
+        + [f"{value:.3f}" for value in (row.auroc, row.auroc_magnitude, row.precision, row.chance)]
+        for outcome, row in rows.items()
+    ]
+    return f"== {name}\n" + common.markdown_table(columns, cells)
 
 
 @exit_on_usage_error
@@ -60,10 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     model = None
     if any(credit.resolve(name).needs_policy for name in names):
-        try:
-            model = load_model(args.model)
-        except ModelUnavailableError as error:
-            raise UsageError(f"{error}.{suggest(args.model, MODELS)}") from error
+        model = common.load_policy(args.model)
     try:
         trajectories = collect(args)
     except (gym.error.Error, ValueError, OSError) as error:

@@ -60,14 +60,13 @@ import tyro
 
 import credit
 import envs
-import trainers.warm_start  # noqa: F401  (registers the `small-warm` model)
 from agents.episode import play_episode
 from agents.llm import LLMAgent
-from agents.models import LoadedModel, ModelUnavailableError, load_model
+from agents.models import LoadedModel
 from agents.rollout import collect
 from agents.tabular import TableAgent
 from agents.trajectory import Trajectory
-from benchmarks import lock
+from benchmarks import common, lock
 from benchmarks.cli import UsageError, exit_on_usage_error, lookup
 from credit.base import CreditContext, build
 from credit.ground_truth import (
@@ -91,7 +90,8 @@ class CreditTruthArgs:
     """Score credit modules against the exact ground truth of a finite-MDP env."""
 
     env: str = "keydoor"
-    """Environment (short name or registered id); it must implement `finite_mdp()`."""
+    """Environment (short name or registered id); it must describe itself as a finite MDP
+    (`EnvInfo.finite_mdp`: KeyDoor, Umbrella)."""
     credit: str = "all"
     """Comma-separated credit modules, or `all` (modules that score with a model are
     skipped with --model uniform)."""
@@ -103,7 +103,8 @@ class CreditTruthArgs:
     sweep: tuple[int, ...] = (1, 2, 4)
     """Values of the swept option."""
     env_kwargs: tuple[str, ...] = ()
-    """Further env options as key=value (integers parsed), e.g. variance=high."""
+    """Further env options as key=value (values read as JSON, else as text, as
+    `benchmarks.run`'s --env-options), e.g. variance=high."""
     tasks: int = 2
     """Distinct tasks (each needs its own ground truth); groups cycle through them."""
     pool: int = 256
@@ -136,19 +137,17 @@ class CreditTruthArgs:
 
 
 def parse_kwargs(pairs: Sequence[str]) -> dict[str, Any]:
-    """`("variance=high", "num_objects=2")` -> {"variance": "high", "num_objects": 2}."""
-    parsed: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise UsageError(f"--env-kwargs takes key=value pairs, got {pair!r}")
-        parsed[key] = int(value) if value.lstrip("-").isdigit() else value
-    return parsed
+    """`("variance=high", "num_objects=2")` -> {"variance": "high", "num_objects": 2}
+    (`benchmarks.common.env_options`, the one parser of env options)."""
+    return common.env_options(pairs, "--env-kwargs")
 
 
 def validate(args: CreditTruthArgs) -> tuple[str, list[str]]:
     """(env id, credit module names) after checking every option; UsageError otherwise."""
-    env_id = lookup("env", args.env, {**envs.SHORT_NAMES, **{i: i for i in envs.ENVS}})
+    env_id = common.env_id(args.env)
+    if not envs.ENVS[env_id].finite_mdp:
+        raise UsageError(f"{env_id} does not describe itself as a finite MDP (EnvInfo.finite_mdp)")
+    parse_kwargs(args.env_kwargs)
     names = sorted(credit.REGISTRY) if args.credit == "all" else args.credit.split(",")
     for name in names:
         lookup("credit module", name, credit.REGISTRY)
@@ -168,12 +167,7 @@ def validate(args: CreditTruthArgs) -> tuple[str, list[str]]:
 
 def load_policy(args: CreditTruthArgs) -> LoadedModel | None:
     """The LLM policy, or None for the uniform table."""
-    if args.model == UNIFORM:
-        return None
-    try:
-        return load_model(args.model)
-    except ModelUnavailableError as error:
-        raise UsageError(str(error)) from error
+    return None if args.model == UNIFORM else common.load_policy(args.model, also_valid=[UNIFORM])
 
 
 def make_env(env_id: str, kwargs: Mapping[str, Any]) -> gym.Env:
@@ -219,9 +213,7 @@ def task_truth(
     """Reset `env` with `seed`, describe its task as an MDP, and evaluate the policy on it
     (the table's views kept in `memo`, where the exact-MDP modules read them again)."""
     _, info = env.reset(seed=seed)
-    if not hasattr(env.unwrapped, "finite_mdp"):
-        raise UsageError(f"{env_id} does not describe itself as a finite MDP (finite_mdp())")
-    mdp = env.unwrapped.finite_mdp()
+    mdp = env.unwrapped.finite_mdp()  # `validate` checked EnvInfo.finite_mdp
     start = time.perf_counter()
     if policy is None:
         table = uniform_policy(mdp, reachable_states(mdp))
@@ -343,14 +335,10 @@ def score_module(
 
 
 def run_name(args: CreditTruthArgs, env_id: str) -> str:
-    if args.name:
-        return args.name
-    short = {v: k for k, v in envs.SHORT_NAMES.items()}.get(env_id, env_id.split("/")[-1])
     extra = "".join(f"_{pair.replace('=', '-')}" for pair in args.env_kwargs)
-    return (
-        f"{short}_{args.model}_{args.sweep_kwarg}{'-'.join(map(str, args.sweep))}{extra}"
-        f"_{args.noise}_G{args.group_size}_pool{args.pool}_tasks{args.tasks}_seed{args.seed}"
-    )
+    sweep = f"{args.sweep_kwarg}{'-'.join(map(str, args.sweep))}{extra}"
+    parts = [args.model, sweep, args.noise, f"G{args.group_size}", f"pool{args.pool}"]
+    return common.output_name(args.name, env_id, [*parts, f"tasks{args.tasks}", f"seed{args.seed}"])
 
 
 def format_value(value: float) -> str:
@@ -361,13 +349,7 @@ def format_value(value: float) -> str:
 
 def format_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> str:
     """A markdown table (also readable as plain text)."""
-    lines = ["| " + " | ".join(columns) + " |", "|" + "|".join("---" for _ in columns) + "|"]
-    for row in rows:
-        cells = [
-            format_value(row[c]) if isinstance(row[c], float) else str(row[c]) for c in columns
-        ]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    return common.markdown_table(columns, common.mapping_rows(rows, columns, format_value))
 
 
 def plot(rows: Sequence[Mapping[str, Any]], args: CreditTruthArgs, title: str, path: Path) -> None:

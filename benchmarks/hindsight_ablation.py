@@ -50,9 +50,9 @@ import tyro
 
 import credit
 import envs
-from agents.models import LoadedModel, ModelUnavailableError, load_model
+from agents.models import LoadedModel
 from agents.trajectory import Trajectory
-from benchmarks import lock
+from benchmarks import common, lock
 from benchmarks.cli import UsageError, exit_on_usage_error, lookup
 from benchmarks.credit_truth import (
     CreditTruthArgs,
@@ -62,7 +62,7 @@ from benchmarks.credit_truth import (
 )
 from benchmarks.credit_truth import make_env as make_truth_env
 from credit.base import CreditContext, CreditModule, build
-from credit.evaluate import EvaluateArgs, auroc, collect
+from credit.evaluate import EvaluateArgs, auroc, collect, ranked_trajectories
 from credit.options import parse_options
 from credit.scoring import ScoreMemo, prefetch_modules
 from credit.truth_metrics import (
@@ -198,8 +198,9 @@ class AblationArgs:
     """Score every variant of hindsight credit on one fixed set of trajectories."""
 
     env: str = "sysdiag"
-    """Environment: sysdiag, alfworld (scripted trajectories, key-step AUROC) or keydoor,
-    umbrella (policy samples, exact ground truth); short name or registered id."""
+    """Environment, short name or registered id: one that labels key steps (sysdiag,
+    alfworld: scripted trajectories, key-step AUROC) or a finite MDP (`EnvInfo.finite_mdp`:
+    keydoor, umbrella: policy samples, exact ground truth)."""
     model: str = "smollm2-135m"
     """Policy that scores the hindsight views (and, on keydoor / umbrella, samples the pool)."""
     variants: str = "all"
@@ -250,12 +251,13 @@ def chosen_variants(args: AblationArgs) -> list[Variant]:
 
 
 def truth_env(env_id: str) -> bool:
-    """Whether the ablation samples from the policy and scores against exact ground truth."""
-    return env_id in (envs.SHORT_NAMES["keydoor"], envs.SHORT_NAMES["umbrella"])
+    """Whether the ablation samples from the policy and scores against exact ground truth:
+    the env describes itself as a finite MDP."""
+    return envs.ENVS[env_id].finite_mdp
 
 
 def validate(args: AblationArgs) -> tuple[str, list[Variant]]:
-    env_id = lookup("env", args.env, {**envs.SHORT_NAMES, **{i: i for i in envs.ENVS}})
+    env_id = common.env_id(args.env)
     if args.episodes < 1 or args.group_size < 1 or args.bootstrap < 10:
         raise UsageError("--episodes and --group-size must be >= 1 and --bootstrap >= 10")
     if truth_env(env_id):
@@ -294,13 +296,10 @@ def per_trajectory_auroc(
     trajectories: Sequence[Trajectory], credits: Sequence[np.ndarray], success: bool
 ) -> list[float]:
     """Key-step AUROC of each ranked trajectory with the given outcome (credit_quality's)."""
-    values = []
-    for trajectory, credit_values in zip(trajectories, credits, strict=True):
-        labels = np.array([step.key_step for step in trajectory.steps], dtype=bool)
-        if trajectory.success != success or labels.all() or not labels.any():
-            continue
-        values.append(auroc(np.asarray(credit_values, dtype=np.float64), labels))
-    return values
+    return [
+        auroc(np.asarray(credits[index], dtype=np.float64), labels)
+        for index, labels in ranked_trajectories(trajectories, success)
+    ]
 
 
 def mean_with_interval(
@@ -529,7 +528,7 @@ def format_table(rows: Sequence[Mapping[str, Any]], truth: bool) -> str:
     columns = ["variant", "AUROC success [95% CI]", "n", "AUROC failure", "AUROC |c| success"]
     if truth:
         columns += ["Pearson [95% CI]", "Spearman [95% CI]", "key sign", "cos [95% CI]"]
-    lines = ["| " + " | ".join(columns) + " |", "|" + "|".join("---" for _ in columns) + "|"]
+    table = []
     for row in rows:
         cells = [
             f"`{row['variant']}`",
@@ -545,20 +544,17 @@ def format_table(rows: Sequence[Mapping[str, Any]], truth: bool) -> str:
                 f"{row['key_sign']:.3f}",
                 interval_cell(row, "cos"),
             ]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+        table.append(cells)
+    return common.markdown_table(columns, table)
 
 
 def run_name(args: AblationArgs, env_id: str) -> str:
-    if args.name:
-        return args.name
-    short = {v: k for k, v in envs.SHORT_NAMES.items()}.get(env_id, env_id.split("/")[-1])
     if truth_env(env_id):
-        extra = "".join(f"_{pair.replace('=', '')}" for pair in args.env_kwargs)
+        options = [pair.replace("=", "") for pair in args.env_kwargs]
         size = f"pool{args.pool}_G{args.group_size}_B{args.batch_size}_tasks{args.tasks}"
     else:
-        extra, size = "", f"episodes{args.episodes}_G{args.group_size}"
-    return f"{short}{extra}_{args.model}_{size}_seed{args.seed}"
+        options, size = [], f"episodes{args.episodes}_G{args.group_size}"
+    return common.output_name(args.name, env_id, [args.model, size, f"seed{args.seed}"], options)
 
 
 def describe(collected: Collected) -> str:
@@ -608,19 +604,12 @@ def write_outputs(
     return stem
 
 
-def load_policy(name: str) -> LoadedModel:
-    try:
-        return load_model(name)
-    except ModelUnavailableError as error:
-        raise UsageError(str(error)) from error
-
-
 def run(args: AblationArgs, argv: Sequence[str]) -> Path:
     env_id, variants = validate(args)
     stem = args.out / run_name(args, env_id)
     # One writer per output (benchmarks/lock.py): a second invocation exits 2 naming this one.
     with lock.hold(lock.output_lock(stem), f"{stem}.csv"):
-        policy = load_policy(args.model)
+        policy = common.load_policy(args.model)
         start = time.perf_counter()
         collected = (
             collect_policy(args, env_id, policy)

@@ -38,15 +38,14 @@ from tqdm import tqdm
 
 import credit
 import envs
-import trainers.warm_start  # noqa: F401  (registers the `small-warm` model)
 from agents.atomic import DamagedFileError, atomic_write_text
 from agents.base import Agent, ExpertAgent, RandomAgent
 from agents.episode import play_episode
 from agents.llm import LLMAgent
-from agents.models import MODELS, LoadedModel, ModelUnavailableError, load_model
+from agents.models import MODELS, LoadedModel, vocabulary
 from agents.rollout import EnvWorkers, collect
 from agents.trajectory import DEFAULT_REWARD_CHANNEL, REWARD_CHANNELS, RewardChannel, Trajectory
-from benchmarks import lock, records
+from benchmarks import common, lock, records
 from benchmarks.cli import UsageError, exit_on_usage_error, lookup, suggest
 from credit.base import (
     DEFAULT_CONVENTION,
@@ -57,7 +56,6 @@ from credit.base import (
 )
 from credit.options import canonical_texts, options_help, parse_options, split_option
 from envs.registry import DataFingerprint, EvalSplit
-from envs.sysdiag.faults import FAULT_FAMILIES
 from trainers.curve import CurveSettings
 from trainers.policy_gradient import AgentConfig, PolicyGradientConfig, PolicyGradientTrainer
 from trainers.sft import CreditFilteredSFTTrainer, SFTConfig
@@ -67,7 +65,6 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 # Evaluation seeds start far above any training seed so that evaluation tasks are never
 # training tasks where the env draws tasks from the seed (SysDiag, CodeExec).
 EVAL_SEED_BASE = 1_000_000
-SYSDIAG_ID = "creditgym/SysDiag-v0"
 
 
 @dataclass(frozen=True)
@@ -120,7 +117,7 @@ class RunConfig:
     `demo` is the fast regime `make demo` trains (`small` on KeyDoor, docs/small_model.md)."""
     max_episode_steps: int | None = None
     """Step limit T of an episode; unset: the env's own default, declared with its
-    registration (envs/__init__.py: SysDiag 5, ALFWorld 50, CodeExec 10)."""
+    registration (`EnvInfo.max_episode_steps` in envs/__init__.py)."""
     eval_temperature: float = 0.4
     """Sampling temperature of the policy during evaluation (> 0; GiGPO validates at 0.4,
     a low temperature close to greedy)."""
@@ -131,7 +128,8 @@ class RunConfig:
     name: str | None = None
     """Run folder name; derived from the configuration when unset (so reruns resume)."""
     faults: tuple[str, ...] = ()
-    """SysDiag only: fault families to train and evaluate on (empty: all ten); e.g.
+    """Task families to train and evaluate on, for an env that has them
+    (`EnvInfo.task_families`: SysDiag's ten fault families; empty: all); e.g.
     `--faults memory_leak --max-episode-steps 1` is the one-step task of the reference
     learning slice (benchmarks/configs/reference_cpu.toml)."""
     env_options: tuple[str, ...] = ()
@@ -264,7 +262,6 @@ SCRIPTED_AGENTS: dict[str, Callable[[int], Agent]] = {
 }
 NO_CREDIT = "none"
 EVAL_ONLY = "eval-only"
-# Group size when --group-size is unset: HP-RLVR is the single-rollout method.
 # Model that scores hindsight credit of scripted-agent samples (they have no policy).
 SCRIPTED_SAMPLE_SCORER = "tiny"
 # Training rollouts are sampled at temperature 1.0, as in GRPO (arXiv 2402.03300), GiGPO
@@ -320,21 +317,8 @@ def group_size(cfg: RunConfig) -> int:
     return credit_class(cfg.credit).default_group_size
 
 
-def env_id_for(name: str) -> str:
-    """Short name or registered id -> registered id (UsageError with suggestions)."""
-    known = {**envs.short_names(), **{env_id: env_id for env_id in envs.ENVS}}
-    return lookup("env", name, known)
-
-
-def short_env_name(env_id: str) -> str:
-    return envs.ENVS[env_id].short_name
-
-
-DTYPES: dict[str, torch.dtype] = {
-    "float32": torch.float32,
-    "bfloat16": torch.bfloat16,
-    "float16": torch.float16,
-}
+env_id_for = common.env_id
+DTYPES = common.DTYPES
 
 
 def model_dtype(cfg: RunConfig) -> str:
@@ -371,18 +355,7 @@ def env_default_limit(env_id: str, options_json: str) -> int:
 
 def env_options(cfg: RunConfig) -> dict[str, Any]:
     """--env-options as constructor kwargs (`delay=16` -> {"delay": 16})."""
-    options: dict[str, Any] = {}
-    for option in cfg.env_options:
-        key, sep, text = option.partition("=")
-        if not sep or not key.isidentifier():
-            raise UsageError(f"--env-options takes key=value pairs (got {option!r})")
-        if key == "max_steps":
-            raise UsageError("the step limit is --max-episode-steps, not --env-options max_steps")
-        try:
-            options[key] = json.loads(text)
-        except json.JSONDecodeError:
-            options[key] = text
-    return options
+    return common.env_options(cfg.env_options)
 
 
 def prompt_history(cfg: RunConfig) -> int:
@@ -481,8 +454,8 @@ def run_name(cfg: RunConfig) -> str:
         else EVAL_ONLY
     )
     options = [re.sub(r"[^A-Za-z0-9.]+", "", option) for option in cfg.env_options]
-    env = "-".join([short_env_name(identity["env"]), *cfg.faults, *options])
-    return _slug(f"{env}_{cfg.model}_{what}_seed{cfg.seed}_{digest[:6]}")
+    parts = [cfg.model, what, f"seed{cfg.seed}", digest[:6]]
+    return _slug(common.output_name(None, identity["env"], parts, [*cfg.faults, *options], "-"))
 
 
 # Settings only training reads: an evaluation-only run ignores them, so they do not split
@@ -591,8 +564,9 @@ def env_kwargs_for(cfg: RunConfig, env_id: str, split: EvalSplit | None) -> dict
     kwargs["max_steps"] = step_limit(cfg)
     if cfg.model == "expert":  # the one agent that reads `expert_action`
         kwargs.update(envs.ENVS[env_id].expert_kwargs)
-    if cfg.faults:
-        kwargs["faults"] = list(cfg.faults)
+    families = envs.ENVS[env_id].task_families
+    if cfg.faults and families is not None:
+        kwargs[families.kwarg] = list(cfg.faults)
     return kwargs
 
 
@@ -627,11 +601,12 @@ def validate(cfg: RunConfig) -> None:
         raise UsageError("--eval-episodes and --steps must be >= 0 and --group-size >= 1")
     if cfg.env_options:  # the env's own constructor checks names and values
         make_env(env_id, env_kwargs_for(cfg, env_id, None)).close()
-    if cfg.faults and env_id != SYSDIAG_ID:
-        raise UsageError(f"--faults selects SysDiag fault families; {env_id} has none")
+    families = envs.ENVS[env_id].task_families
+    if cfg.faults and families is None:
+        raise UsageError(f"--faults selects an env's task families; {env_id} has none")
     if cfg.faults:
         for family in cfg.faults:
-            lookup("fault family", family, {name: name for name in FAULT_FAMILIES})
+            lookup(f"task family of {env_id}", family, {name: name for name in families.load()})
     if cfg.threads < 1:
         raise UsageError(f"--threads must be >= 1 (got {cfg.threads})")
     if cfg.max_episode_steps is not None and cfg.max_episode_steps < 1:
@@ -642,16 +617,16 @@ def validate(cfg: RunConfig) -> None:
         raise UsageError(f"--generation-cache-gib must be >= 0 (got {cfg.generation_cache_gib})")
     if not (math.isfinite(cfg.eval_temperature) and cfg.eval_temperature > 0):
         raise UsageError("--eval-temperature must be > 0 (the policy records log-probs)")
-    for option, value, least in (
-        ("--eval-batch-size", cfg.eval_batch_size, 1),
-        ("--tasks-per-step", cfg.tasks_per_step, 1),
-        ("--max-new-tokens", cfg.max_new_tokens, 1),
-        ("--sample-group-size", cfg.sample_group_size, 0),
-        ("--eval-every", cfg.eval_every, 0),
-        ("--curve-episodes", cfg.curve_episodes, 1),
-    ):
-        if value < least:
-            raise UsageError(f"{option} must be >= {least} (got {value})")
+    common.check_at_least(
+        (
+            ("--eval-batch-size", cfg.eval_batch_size, 1),
+            ("--tasks-per-step", cfg.tasks_per_step, 1),
+            ("--max-new-tokens", cfg.max_new_tokens, 1),
+            ("--sample-group-size", cfg.sample_group_size, 0),
+            ("--eval-every", cfg.eval_every, 0),
+            ("--curve-episodes", cfg.curve_episodes, 1),
+        )
+    )
     if cfg.learning_rate is not None and not (
         math.isfinite(cfg.learning_rate) and cfg.learning_rate > 0
     ):
@@ -665,6 +640,29 @@ def validate(cfg: RunConfig) -> None:
         )
     check_out_writable(cfg.out)
     check_run_folder(cfg)
+    check_vocabulary(cfg)
+
+
+def check_vocabulary(cfg: RunConfig) -> None:
+    """Refuse to resume a run whose config.json records another vocabulary than the one
+    `--model` reads now (`agents.models.vocabulary`: `small`'s committed tokenizer file):
+    its checkpoints' token ids would mean other text. A folder that records none (written
+    before runs recorded it) is resumed as before."""
+    config_file = cfg.out / run_name(cfg) / records.CONFIG_FILE
+    try:
+        recorded = records.read_json(config_file).get("vocabulary")
+    except (OSError, DamagedFileError):
+        # No folder yet, or a config.json that `prepare_run_dir` rewrites anyway (a
+        # damaged one is the episodes' and checkpoints' checks to report, not this one).
+        return
+    current = vocabulary(cfg.model)
+    if recorded is not None and recorded != current:
+        shown = "none" if current is None else f"{current['tokenizer']} {current['sha256'][:12]}"
+        raise UsageError(
+            f"{config_file.parent} was run with the vocabulary {recorded.get('tokenizer')} "
+            f"{str(recorded.get('sha256'))[:12]}, this code reads {shown}; resuming would mix "
+            "them: choose another --name or --out"
+        )
 
 
 def check_device(device: str) -> None:
@@ -703,11 +701,8 @@ def check_model_name(name: str) -> None:
 
 
 def load_policy(name: str, device: str, dtype: str = "float32") -> LoadedModel:
-    """`agents.models.load_model` with its one-line error as a UsageError + suggestions."""
-    try:
-        return load_model(name, device=device, dtype=DTYPES[dtype])
-    except ModelUnavailableError as error:
-        raise UsageError(f"{error}.{suggest(name, [*MODELS, *SCRIPTED_AGENTS])}") from error
+    """`benchmarks.common.load_policy`, suggesting the scripted agents' names too."""
+    return common.load_policy(name, device, dtype, also_valid=SCRIPTED_AGENTS)
 
 
 def load_trained_policy(
@@ -898,6 +893,9 @@ def prepare_run_dir(cfg: RunConfig) -> Path:
         "max_episode_steps": step_limit(cfg),
         # Which data was played, also where the identity leaves the default out.
         "game_set": None if played is None else played.description,
+        # The vocabulary of a model whose tokenizer the repository builds (`small`): a
+        # resume under another one is refused (`check_vocabulary`).
+        "vocabulary": vocabulary(cfg.model),
         "run_name": run_dir.name,
         "identity": run_identity(cfg),
         "method_config": method_config(cfg),

@@ -58,6 +58,7 @@ from benchmarks.cli import UsageError, exit_on_usage_error
 from benchmarks.plots import method_colours
 from credit import REGISTRY
 from credit.base import is_oracle
+from envs import ENVS
 
 THRESHOLDS = (0.5, 0.8)
 # Fewer seeds than this per method and task give a bootstrap too coarse for a verdict
@@ -86,8 +87,13 @@ ORACLE_HEADING = "*oracles (read ground truth; never ranked):*"
 # of the current policy) reaches this final success within the study's budget: below it,
 # the setting measures what the policy and budget cannot learn, not credit assignment.
 CALIBRATION_BAR = 0.8
-# The option that sets each instrument's horizon, and how the report names it.
-HORIZON_OPTIONS = {"KeyDoor-v0": "delay", "Umbrella-v0": "length"}
+# The option that sets each instrument's horizon (`EnvInfo.horizon_option`), by the env's
+# name as run records give it (`KeyDoor-v0`), in registration order.
+HORIZON_OPTIONS = {
+    info.id.split("/")[-1]: info.horizon_option for info in ENVS.values() if info.horizon_option
+}
+# Scatter markers of the instruments, in HORIZON_OPTIONS order; other envs get "^".
+INSTRUMENT_MARKERS = ("o", "s", "D", "v", "P")
 
 
 @dataclass(frozen=True)
@@ -514,7 +520,7 @@ def zero_variance_figure(frame: pd.DataFrame, path: Path) -> None:
             group.predicted_zero_std,
             group.zero_std_groups,
             color=colours[method],
-            marker={"KeyDoor-v0": "o", "Umbrella-v0": "s"}.get(env, "^"),
+            marker=dict(zip(HORIZON_OPTIONS, INSTRUMENT_MARKERS, strict=False)).get(env, "^"),
             alpha=0.7,
             label=f"{method} · {env}",
         )

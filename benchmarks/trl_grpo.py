@@ -23,8 +23,8 @@ from datasets import Dataset
 from trl import GRPOConfig, GRPOTrainer
 
 import envs
-from agents.models import MODELS, ModelUnavailableError, load_model
-from benchmarks.cli import UsageError, exit_on_usage_error, lookup, suggest
+from benchmarks import common
+from benchmarks.cli import UsageError, exit_on_usage_error
 from benchmarks.records import JsonlAppender
 from integrations.trl_env import (
     CreditgymEnv,
@@ -65,10 +65,11 @@ class TRLArgs:
 
 def validate(args: TRLArgs) -> str:
     """The env's registered id, once every name and number is checked (else UsageError)."""
-    env_id = lookup("env", args.env, {**envs.short_names(), **{i: i for i in envs.ENVS}})
-    for name in ("tasks", "num_generations", "rows_per_step", "max_steps"):
-        if getattr(args, name) < 1:
-            raise UsageError(f"--{name.replace('_', '-')} must be >= 1")
+    env_id = common.env_id(args.env)
+    common.check_at_least(
+        (f"--{name.replace('_', '-')}", getattr(args, name), 1)
+        for name in ("tasks", "num_generations", "rows_per_step", "max_steps")
+    )
     if args.num_generations < 2:
         raise UsageError("--num-generations must be >= 2: GRPO compares rollouts of a task")
     if args.max_completion_length < 1 or args.learning_rate <= 0:
@@ -81,10 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of `python -m benchmarks.trl_grpo`."""
     args = tyro.cli(TRLArgs, args=argv, prog="python -m benchmarks.trl_grpo")
     env_id = validate(args)
-    try:
-        loaded = load_model(args.model)
-    except ModelUnavailableError as error:
-        raise UsageError(f"{error}.{suggest(args.model, MODELS)}") from error
+    loaded = common.load_policy(args.model)
     try:
         tokenizer = tool_calling_tokenizer(loaded.tokenizer)
     except ValueError as error:

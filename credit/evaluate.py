@@ -26,7 +26,6 @@ random agent, all on the same tasks (one group per task, as GRPO and GiGPO expec
 
 from __future__ import annotations
 
-import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -34,7 +33,7 @@ import gymnasium as gym
 import numpy as np
 
 import envs
-from agents.base import AgentAction, AgentInput, ExpertAgent, RandomAgent
+from agents.base import ExpertAgent, NoisyExpertAgent, RandomAgent
 from agents.episode import play_episode
 from agents.models import LoadedModel
 from agents.trajectory import Trajectory
@@ -62,29 +61,6 @@ class EvaluateArgs:
     expert uses twice this, capped at 1)"""
     seed: int = 0
     """base seed: task g is played with seed `seed + g`"""
-
-
-class NoisyExpertAgent:
-    """The env's expert, except that with probability `noise` it takes a random admissible
-    action (or `look` when none is offered): mistakes that still often end in success."""
-
-    def __init__(self, noise: float, seed: int = 0) -> None:
-        if not 0.0 <= noise <= 1.0:
-            raise ValueError(f"noise must be in [0, 1], got {noise}")
-        self.noise = noise
-        self.name = f"noisy_expert_{noise:g}"
-        self.rng = random.Random(seed)
-        self.expert = ExpertAgent()
-
-    def act(self, inputs: Sequence[AgentInput]) -> list[AgentAction]:
-        actions = []
-        for agent_input, expert_action in zip(inputs, self.expert.act(inputs), strict=True):
-            if self.rng.random() < self.noise:
-                action = self.rng.choice(agent_input.admissible_commands or ("look",))
-                actions.append(AgentAction(action=action, response_text=action))
-            else:
-                actions.append(expert_action)
-        return actions
 
 
 def collect(args: EvaluateArgs) -> list[Trajectory]:
@@ -122,6 +98,19 @@ def auroc(scores: np.ndarray, labels: np.ndarray) -> float:
     return float((greater + 0.5 * ties) / (positives.size * negatives.size))
 
 
+def ranked_trajectories(
+    trajectories: Sequence[Trajectory], success: bool
+) -> list[tuple[int, np.ndarray]]:
+    """(index, key-step labels [T] bool) of each trajectory with outcome `success` that can
+    be ranked: it has at least one key step and one non-key step."""
+    ranked = []
+    for index, trajectory in enumerate(trajectories):
+        labels = np.array([step.key_step for step in trajectory.steps], dtype=bool)
+        if trajectory.success == success and labels.any() and not labels.all():
+            ranked.append((index, labels))
+    return ranked
+
+
 def precision_at_k(scores: np.ndarray, labels: np.ndarray, k: int) -> float:
     """Expected fraction of key steps among the k top-scored, ties broken at random."""
     threshold = np.sort(scores)[::-1][k - 1]
@@ -156,10 +145,7 @@ def credit_quality(
     for outcome, wanted in (("success", True), ("failure", False)):
         aurocs, magnitudes, precisions, chances = [], [], [], []
         chosen = [i for i, traj in enumerate(trajectories) if traj.success == wanted]
-        for i in chosen:
-            labels = np.array([step.key_step for step in trajectories[i].steps], dtype=bool)
-            if labels.all() or not labels.any():
-                continue
+        for i, labels in ranked_trajectories(trajectories, wanted):
             scores = output.step_advantages[i].astype(np.float64)
             aurocs.append(auroc(scores, labels))
             magnitudes.append(auroc(np.abs(scores), labels))
@@ -189,16 +175,3 @@ def build_module(
     )
     return build(resolve(name), context)
 
-
-def format_table(name: str, rows: dict[str, QualityRow]) -> str:
-    header = (
-        f"{'outcome':<8} {'trajs':>5} {'ranked':>6} {'AUROC':>6} {'AUROC|c|':>8} "
-        f"{'P@k':>6} {'chance':>6}"
-    )
-    lines = [f"== {name}", header]
-    for outcome, row in rows.items():
-        lines.append(
-            f"{outcome:<8} {row.trajectories:>5} {row.ranked:>6} {row.auroc:>6.3f} "
-            f"{row.auroc_magnitude:>8.3f} {row.precision:>6.3f} {row.chance:>6.3f}"
-        )
-    return "\n".join(lines)

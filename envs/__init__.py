@@ -10,7 +10,8 @@ engine for the G rollouts of one task: envs with exogenous noise draw it per rep
 envs/seeding.py).
 Each env owns its step limit (`max_steps`) so that it can report `truncated` with final
 feedback instead of being cut silently by a TimeLimit wrapper; its `EnvInfo` (splits,
-default step limit, training kwargs, task-type key) is declared here, beside it.
+default step limit, training kwargs, task-type key, prompt intro, finite-MDP flag, what
+`small`'s tokenizer corpus takes from it, task families) is declared here, beside it.
 """
 
 from envs.registry import (
@@ -18,10 +19,18 @@ from envs.registry import (
     DataFingerprint,
     EnvInfo,
     EvalSplit,
+    TaskFamilies,
     data_fingerprint,
+    parse_env_options,
     register_env,
     short_names,
 )
+
+# Seeded random-agent episodes each env gives `small`'s tokenizer corpus (EnvInfo's
+# `tokenizer_episodes`; the committed agents/data/small_tokenizer.json was trained on
+# them): enough to see every KeyDoor / Umbrella state kind and SysDiag's outputs, while
+# CodeExec (a few seconds per episode) contributes its phrasing, not its breadth.
+TOKENIZER_EPISODES = 8
 
 register_env(
     EnvInfo(
@@ -30,6 +39,12 @@ register_env(
         # The expert needs 3-4 steps; 5 leaves one step of slack and keeps CPU runs short.
         max_episode_steps=5,
         task_type_key="fault_family",
+        intro=(
+            "You are a Linux system administrator. A host has one fault. Type one shell "
+            "command per turn to find the root cause and fix it."
+        ),
+        tokenizer_episodes=TOKENIZER_EPISODES,
+        task_families=TaskFamilies(kwarg="faults", names="envs.sysdiag.faults:FAULT_FAMILIES"),
     ),
     entry_point="envs.sysdiag.env:SysDiagEnv",
 )
@@ -49,13 +64,26 @@ register_env(
         # Which game set (generated default, other generated, a folder such as the
         # official data) takes part in the run identity.
         data_fingerprint="envs.alfworld.data:data_fingerprint",
+        intro="You are an expert agent operating in the ALFRED embodied household environment.",
+        # Not in the tokenizer corpus: its games are generated on first use (about a
+        # minute on an idle 2-core machine, over ten minutes under load); its text still
+        # encodes, in more tokens.
     ),
     entry_point="envs.alfworld.env:ALFWorldEnv",
 )
 register_env(
     # v1: hidden tests graded outside the candidate's process (envs/code/grading.py), which
     # changed the failure feedback texts; v0's rewards for honest programs are unchanged.
-    EnvInfo(id="creditgym/CodeExec-v1", short_name="code", max_episode_steps=10),
+    EnvInfo(
+        id="creditgym/CodeExec-v1",
+        short_name="code",
+        max_episode_steps=10,
+        intro=(
+            "You are a programmer solving a task in a sandbox, one action per turn: "
+            "`write` followed by a ```python code block, `run`, `test`, or `submit`."
+        ),
+        tokenizer_episodes=TOKENIZER_EPISODES,
+    ),
     entry_point="envs.code.env:CodeExecEnv",
 )
 register_env(
@@ -67,6 +95,15 @@ register_env(
         max_episode_steps=12,
         markov=True,
         in_process=True,
+        # The two credit instruments' intros say nothing about which action matters (the
+        # key, the umbrella), so that learning it is the credit-assignment problem.
+        intro=(
+            "You are an explorer in a small text world. Each turn, choose one of the "
+            "admissible actions."
+        ),
+        finite_mdp=True,
+        tokenizer_episodes=TOKENIZER_EPISODES,
+        horizon_option="delay",
     ),
     entry_point="envs.keydoor.env:KeyDoorEnv",
 )
@@ -82,6 +119,13 @@ register_env(
         task_type_key="forecast",
         markov=True,
         in_process=True,
+        intro=(
+            "You are walking to work in a small text world. Each turn, choose one of the "
+            "admissible actions."
+        ),
+        finite_mdp=True,
+        tokenizer_episodes=TOKENIZER_EPISODES,
+        horizon_option="length",
     ),
     entry_point="envs.umbrella.env:UmbrellaEnv",
 )
@@ -95,6 +139,8 @@ __all__ = [
     "DataFingerprint",
     "EnvInfo",
     "EvalSplit",
+    "TaskFamilies",
     "data_fingerprint",
+    "parse_env_options",
     "register_env",
 ]

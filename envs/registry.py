@@ -1,16 +1,23 @@
 """An environment's identity, declared beside its `register` call.
 
-Everything a runner needs to know about an env lives here, with the env, so adding an
-environment is one `register_env` call in `envs/__init__.py` and no table elsewhere:
-its command-line short name, the step limit runs use by default, its evaluation splits,
-the constructor kwargs of training episodes, the `info` key naming a task's type, and, for
-an env that plays data from outside the code (ALFWorld's game files), which data it plays.
+Everything a runner, a prompt builder or a tokenizer needs to know about an env lives
+here, with the env, so adding an environment is one module plus one `register_env` call
+in `envs/__init__.py` and no table elsewhere: its command-line short name, the step limit
+runs use by default, its evaluation splits, the constructor kwargs of training episodes,
+the `info` key naming a task's type, the intro line of its prompts, whether it describes
+itself as a finite MDP, what `small`'s tokenizer corpus takes from it, its task families,
+and, for an env that plays data from outside the code (ALFWorld's game files), which data
+it plays. Nothing outside envs/ tests an env's id or short name: it reads these facts.
+
+Env options given on a command line (`key=value`) are parsed by `parse_env_options`,
+the one parser every entry point uses.
 """
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Mapping
+import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -43,6 +50,29 @@ class DataFingerprint:
     is_default: bool
 
 
+GENERIC_INTRO = "You are an agent acting in a text environment, one action per turn."
+"""The prompt's first line for an env that declares no intro of its own."""
+
+
+@dataclass(frozen=True)
+class TaskFamilies:
+    """Named families of tasks a run can restrict itself to (SysDiag's fault families).
+
+    Attributes:
+        kwarg: the env constructor kwarg taking a list of family names (`faults`).
+        names: `"module:NAME"` of the family names (a mapping or sequence keyed by name),
+            imported only when read, as Gymnasium's entry points are.
+    """
+
+    kwarg: str
+    names: str
+
+    def load(self) -> tuple[str, ...]:
+        """The family names, in the env's own order."""
+        module, attribute = self.names.split(":")
+        return tuple(getattr(importlib.import_module(module), attribute))
+
+
 @dataclass(frozen=True)
 class EnvInfo:
     """What a runner needs to know about one registered env.
@@ -69,6 +99,20 @@ class EnvInfo:
         in_process: the env is pure in-memory Python whose steps take microseconds and
             cannot hang (no engine, no sandbox, no I/O), so rollouts with
             `env_workers="auto"` step it in the caller's process instead of a worker.
+        intro: the first line of every prompt on this env (agents/prompts.py): who the
+            agent is and how it acts. Part of the env's text: bump the id's `-vN` with it.
+        finite_mdp: the env implements `finite_mdp()` (envs/mdp.py): each task is a
+            finite MDP whose ground truth is computed exactly (credit/ground_truth.py),
+            and its `info` reports the true state (`mdp_state`, `mdp_next_state`).
+        tokenizer_episodes: seeded random-agent episodes that the corpus of `small`'s
+            tokenizer takes from this env (agents/local_tokenizer.py); 0 (the default):
+            none, so registering an env never changes that committed tokenizer (its text
+            still encodes, in more tokens). Changing it means rebuilding the tokenizer.
+        task_families: the named task families a run can restrict itself to (`--faults`),
+            None where the env has none.
+        horizon_option: the constructor option that sets how far credit must travel (a
+            credit instrument's delay or length: the x axis of benchmarks.study's
+            credit-vs-horizon figure), None where no single option does.
     """
 
     id: str
@@ -81,6 +125,11 @@ class EnvInfo:
     expert_kwargs: Mapping[str, Any] = field(default_factory=dict)
     data_fingerprint: str | None = None
     in_process: bool = False
+    intro: str = GENERIC_INTRO
+    finite_mdp: bool = False
+    tokenizer_episodes: int = 0
+    task_families: TaskFamilies | None = None
+    horizon_option: str | None = None
 
 
 ENVS: dict[str, EnvInfo] = {}
@@ -93,6 +142,8 @@ def register_env(info: EnvInfo, entry_point: str) -> None:
     The env's own `max_steps` constructor argument carries the step limit (no TimeLimit
     wrapper), so that it can end a truncated episode with feedback like any other.
     """
+    if info.tokenizer_episodes < 0:
+        raise ValueError(f"{info.id}: tokenizer_episodes must be >= 0")
     gymnasium.register(id=info.id, entry_point=entry_point, kwargs={})
     ENVS[info.id] = EnvInfo(
         **{
@@ -116,3 +167,23 @@ def data_fingerprint(env_id: str, env_kwargs: Mapping[str, Any]) -> DataFingerpr
         return None
     module, function = hook.split(":")
     return getattr(importlib.import_module(module), function)(env_kwargs)
+
+
+def parse_env_options(pairs: Sequence[str]) -> dict[str, Any]:
+    """Env constructor options from `key=value` pairs; each value is read as JSON, else
+    kept as text: `("delay=16", "variance=high", "noisy=true")` ->
+    `{"delay": 16, "variance": "high", "noisy": True}`.
+
+    Raises:
+        ValueError: a pair without `=` or whose key is not a Python identifier (one line).
+    """
+    options: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, text = pair.partition("=")
+        if not sep or not key.isidentifier():
+            raise ValueError(f"env options are key=value pairs (got {pair!r})")
+        try:
+            options[key] = json.loads(text)
+        except json.JSONDecodeError:
+            options[key] = text
+    return options

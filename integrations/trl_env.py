@@ -35,7 +35,7 @@ from trl.chat_template_utils import qwen2_5_chat_template, supports_tool_calling
 import envs  # noqa: F401  (registers the creditgym ids with Gymnasium)
 from agents.base import AgentAction
 from agents.episode import EpisodeRecorder, env_name
-from agents.prompts import DEFAULT_INTRO, INTROS, MAX_LISTED_COMMANDS
+from agents.prompts import MAX_LISTED_COMMANDS, intro
 from agents.trajectory import Trajectory
 
 # What the tool answers once the episode has ended: TRL may let the model keep calling it.
@@ -73,7 +73,7 @@ class CreditgymEnv:
         observation, info = self._env.reset(seed=int(seed))
         self._episode = EpisodeRecorder(env_name(self._env), int(seed), observation, info)
         parts = [
-            INTROS.get(self._episode.env_id, DEFAULT_INTRO),
+            intro(self._episode.env_id),
             f"Your task is: {self._episode.task}",
             f"Current observation: {observation}",
         ]

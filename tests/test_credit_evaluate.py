@@ -5,11 +5,10 @@ import math
 import numpy as np
 import pytest
 
-from agents.base import AgentInput
+from agents.base import AgentInput, NoisyExpertAgent
 from benchmarks.credit_quality import main
 from credit.base import CreditOutput
 from credit.evaluate import (
-    NoisyExpertAgent,
     auroc,
     credit_quality,
     precision_at_k,
@@ -75,9 +74,9 @@ def test_evaluate_command_on_sysdiag_prints_a_table_per_module(capsys):
     grpo = printed.split("== grpo")[1].split("== rule_based")[0]
     rule_based = printed.split("== rule_based")[1]
     # GRPO gives every step of a trajectory the same credit: AUROC exactly 0.5.
-    assert "success" in grpo and " 0.500 " in grpo.splitlines()[2]
+    assert "success" in grpo and " 0.500 " in grpo.splitlines()[3]
     # The rule-based module reads the same labels the metric checks: perfect ranking.
-    assert " 1.000 " in rule_based.splitlines()[2]
+    assert " 1.000 " in rule_based.splitlines()[3]
 
 
 def test_evaluate_command_rejects_unknown_module(capsys):

@@ -8,6 +8,7 @@ environment" recipe end to end, through `benchmarks.run`.
 from __future__ import annotations
 
 import ast
+import importlib
 import random
 import re
 import sys
@@ -22,7 +23,7 @@ from gymnasium.utils.env_checker import check_env
 import envs  # noqa: F401  (registers the creditgym/ ids)
 from benchmarks import records
 from benchmarks.run import main as run_main
-from envs.registry import ENVS, EnvInfo, register_env
+from envs.registry import ENVS, GENERIC_INTRO, EnvInfo, parse_env_options, register_env
 from tests.registry_kwargs import OPTION_KWARGS, registry_kwargs_for
 
 CREDITGYM_IDS = sorted(env_id for env_id in gymnasium.registry if env_id.startswith("creditgym/"))
@@ -155,3 +156,99 @@ def test_the_recipe_env_runs_through_the_command_line(recipe_env, tmp_path):
     (run_dir,) = tmp_path.iterdir()
     episodes = records.read_episodes(run_dir)
     assert len(episodes) == 2 and all(e.env == test_id for e in episodes)
+
+
+# --- the env's own facts, beside its registration -----------------------------------------
+SOURCE_PACKAGES = ("agents", "credit", "trainers", "benchmarks")
+
+
+def _entry_class(env_id: str) -> type:
+    module, _, name = gymnasium.registry[env_id].entry_point.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+@pytest.mark.parametrize("env_id", list(ENVS))
+def test_env_info_says_finite_mdp_exactly_when_the_env_describes_one(env_id: str) -> None:
+    assert ENVS[env_id].finite_mdp == hasattr(_entry_class(env_id), "finite_mdp")
+
+
+@pytest.mark.parametrize("env_id", list(ENVS))
+def test_every_registered_env_brings_its_own_prompt_intro(env_id: str) -> None:
+    from agents.prompts import build_messages
+
+    assert ENVS[env_id].intro != GENERIC_INTRO
+    content = build_messages(env_id, "a task", (), "an observation")[0]["content"]
+    assert content.startswith(ENVS[env_id].intro)
+
+
+def test_a_bumped_env_keeps_the_intro_it_registers() -> None:
+    from agents.prompts import build_messages
+
+    bumped = "readme-test/KeyDoor-v9"
+    intro = ENVS["creditgym/KeyDoor-v0"].intro
+    register_env(
+        EnvInfo(id=bumped, short_name="kd9", max_episode_steps=12, intro=intro),
+        entry_point="envs.keydoor.env:KeyDoorEnv",
+    )
+    try:
+        assert build_messages(bumped, "t", (), "o")[0]["content"].startswith(intro)
+        assert build_messages("unregistered/X-v0", "t", (), "o")[0]["content"].startswith(
+            GENERIC_INTRO
+        )
+    finally:
+        gymnasium.registry.pop(bumped, None)
+        ENVS.pop(bumped, None)
+
+
+def test_env_options_are_parsed_one_way_json_values_else_text() -> None:
+    parsed = parse_env_options(["delay=16", "variance=high", "noisy=true", "scale=0.5"])
+    assert parsed == {"delay": 16, "variance": "high", "noisy": True, "scale": 0.5}
+    for bad in ("delay", "=3", "two words=1"):
+        with pytest.raises(ValueError, match="key=value"):
+            parse_env_options([bad])
+
+
+def test_the_entry_points_share_the_env_option_parser(capsys) -> None:
+    from benchmarks import credit_truth
+    from benchmarks.run import RunConfig, env_options
+
+    pairs = ("delay=2", "variance=high")
+    assert credit_truth.parse_kwargs(pairs) == env_options(RunConfig(env_options=pairs))
+    assert credit_truth.parse_kwargs(pairs) == {"delay": 2, "variance": "high"}
+    argv = ["--env", "sysdiag", "--model", "uniform", "--out", "/nonexistent"]
+    assert credit_truth.main(argv) == 2
+    assert "does not describe itself as a finite MDP" in capsys.readouterr().err
+
+
+def test_task_families_come_from_env_info() -> None:
+    families = ENVS["creditgym/SysDiag-v0"].task_families
+    assert families is not None and families.kwarg == "faults"
+    assert "memory_leak" in families.load()
+    assert all(info.task_families is None for i, info in ENVS.items() if "SysDiag" not in i)
+
+
+def _env_names() -> set[str]:
+    return {name for info in ENVS.values() for name in (info.id, info.short_name)} | {
+        info.id.split("/")[-1] for info in ENVS.values()
+    }
+
+
+def test_no_env_id_or_short_name_is_tested_outside_envs() -> None:
+    # A condition on an env's name belongs in its EnvInfo: compare nodes whose operands
+    # are an env's id, short name or display name, or a lookup of SHORT_NAMES by one.
+    names, root, found = _env_names(), Path(__file__).resolve().parents[1], []
+    for package in SOURCE_PACKAGES:
+        for path in sorted((root / package).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                operands = []
+                if isinstance(node, ast.Compare):
+                    operands = [node.left, *node.comparators]
+                    operands += [e for o in operands if isinstance(o, ast.Tuple) for e in o.elts]
+                elif isinstance(node, ast.Subscript) and ast.unparse(node.value).endswith(
+                    "SHORT_NAMES"
+                ):
+                    operands = [node.slice]
+                for operand in operands:
+                    if isinstance(operand, ast.Constant) and operand.value in names:
+                        found.append(f"{path.relative_to(root)}:{node.lineno}")
+    assert not found, found

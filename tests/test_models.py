@@ -1,5 +1,9 @@
-"""Models by name or path: tiny (deterministic, local), smollm2-135m (PyPI cache), folders."""
+"""Models by name or path: the one registry (small-warm included), tiny (deterministic, local),
+smollm2-135m (its wheel cache), folders."""
 
+import importlib
+import subprocess
+import sys
 import time
 
 import pytest
@@ -12,6 +16,7 @@ from agents.models import (
     build_tiny,
     cache_dir,
     load_model,
+    vocabulary,
 )
 
 
@@ -49,10 +54,37 @@ def test_missing_folder_is_a_one_line_error(tmp_path):
     assert "\n" not in str(error.value) and "smollm2-135m" in str(error.value)
 
 
-def test_registry_names():
-    # `small-warm` joins when trainers.warm_start is imported (benchmarks.run does).
-    assert set(MODELS) - {"small-warm"} == {"tiny", "small", "smollm2-135m"}
+def test_every_named_model_is_registered_in_one_place_with_a_loader_that_imports():
+    assert set(MODELS) == {"tiny", "small", "small-warm", "smollm2-135m"}
+    for name, registered in MODELS.items():
+        module, function = registered.loader.split(":")
+        assert callable(getattr(importlib.import_module(module), function)), name
+    # Only the models over the committed tokenizer record a vocabulary.
+    assert vocabulary("small") == vocabulary("small-warm") is not None
+    assert vocabulary("tiny") is None and vocabulary("some/hub-model") is None
     assert len(SMOLLM2_WHEEL_SHA256) == 64
+
+
+def test_small_warm_loads_from_an_entry_point_that_never_imports_the_trainers():
+    # Before, `small-warm` existed only after importing trainers.warm_start.
+    script = (
+        "import sys; from agents.models import MODELS, load_model;"
+        "assert 'trainers.warm_start' not in sys.modules;"
+        "import trainers.warm_start as w; w.load_small_warm = lambda d, t: 'loaded';"
+        "print(load_model('small-warm'))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True
+    )
+    assert result.stdout.strip() == "loaded"
+
+
+def test_the_tokenizer_and_model_modules_import_without_a_circle():
+    script = "import sys; import agents.local_tokenizer;print('agents.models' in sys.modules)"
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True
+    )
+    assert result.stdout.strip() == "False"
 
 
 def test_corrupt_smollm2_wheel_is_refused_and_removed(tmp_path, monkeypatch):

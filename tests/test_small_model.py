@@ -12,6 +12,8 @@ of the time.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import subprocess
 import sys
 
@@ -20,6 +22,7 @@ import pytest
 import torch
 
 import envs
+from agents import local_tokenizer
 from agents.base import RandomAgent
 from agents.constrained import action_token_sequences
 from agents.episode import play_episode
@@ -31,9 +34,16 @@ from agents.prompts import build_messages, messages_for_step
 from agents.rollout import collect
 from agents.trajectory import TokenBatch
 from credit.grpo import GRPO
+from envs.registry import ENVS, EnvInfo, register_env
 from tests.test_learning import fisher_one_sided
 from trainers.policy_gradient import AgentConfig, PolicyGradientConfig, PolicyGradientTrainer
-from trainers.warm_start import WarmStartConfig, WarmStartTask, warm_start
+from trainers.warm_start import (
+    WarmStartConfig,
+    WarmStartTask,
+    cache_key,
+    config_examples,
+    warm_start,
+)
 
 KEYDOOR = "creditgym/KeyDoor-v0"
 
@@ -111,6 +121,67 @@ def test_tokenizer_training_is_the_same_in_another_process():
         for _ in range(2)
     }
     assert len(digests) == 1 and len(next(iter(digests))) == 64
+
+
+def test_the_committed_tokenizer_is_the_recorded_file_of_the_current_recipe():
+    # Fails when the file is edited without its fingerprint, or when an env in the corpus
+    # changes its id, intro or episodes (then rebuild: agents/local_tokenizer.py).
+    data = local_tokenizer.TOKENIZER_FILE.read_bytes()
+    assert hashlib.sha256(data).hexdigest() == local_tokenizer.TOKENIZER_SHA256
+    assert local_tokenizer.corpus_key() == local_tokenizer.CORPUS_KEY
+    assert f"_v{local_tokenizer.TOKENIZER_VERSION}." in local_tokenizer.TOKENIZER_FILE.name
+    assert local_tokenizer.vocabulary()["sha256"] == local_tokenizer.TOKENIZER_SHA256
+
+
+def test_registering_an_env_leaves_the_tokenizer_corpus_alone():
+    before = (corpus_env_ids(), local_tokenizer.corpus_key())
+    register_env(
+        EnvInfo(id="tokenizer-test/KeyDoorCopy-v0", short_name="kdcopy", max_episode_steps=5),
+        entry_point="envs.keydoor.env:KeyDoorEnv",
+    )
+    try:
+        assert (corpus_env_ids(), local_tokenizer.corpus_key()) == before
+    finally:
+        gym.registry.pop("tokenizer-test/KeyDoorCopy-v0", None)
+        ENVS.pop("tokenizer-test/KeyDoorCopy-v0", None)
+
+
+@pytest.mark.slow
+def test_the_current_corpus_trains_to_the_committed_tokenizer_file(tmp_path):
+    # About 15 s on an idle 2-core machine: the corpus is played, then BPE trained.
+    rebuilt = tmp_path / "tokenizer.json"
+    assert local_tokenizer.rebuild(rebuilt) == local_tokenizer.TOKENIZER_SHA256
+    assert rebuilt.read_bytes() == local_tokenizer.TOKENIZER_FILE.read_bytes()
+
+
+def test_resuming_a_run_under_another_vocabulary_is_refused_in_one_line(tmp_path, capsys):
+    from benchmarks.run import main
+
+    argv = ["--env", "keydoor", "--model", "small", "--credit", "none", "--eval-episodes", "1"]
+    argv += ["--sample-group-size", "0", "--out", str(tmp_path)]
+    assert main(argv) == 0
+    (config_file,) = tmp_path.glob("*/config.json")
+    config = json.loads(config_file.read_text())
+    assert config["vocabulary"] == local_tokenizer.vocabulary()
+    config["vocabulary"] = {**config["vocabulary"], "sha256": "0" * 64}
+    config_file.write_text(json.dumps(config))
+    capsys.readouterr()
+    assert main([*argv, "--eval-episodes", "2"]) == 2
+    error = capsys.readouterr().err.strip()
+    assert "\n" not in error and "vocabulary" in error and "000000000000" in error
+
+
+def test_the_warm_start_cache_key_follows_the_tokenizer_and_the_corpus(small, monkeypatch):
+    config = WarmStartConfig(tasks=(WarmStartTask(KEYDOOR, (("delay", 1),)),), episodes=2)
+    examples = config_examples(small.tokenizer, config)
+    key = cache_key(config, examples)
+    assert cache_key(config, list(examples)) == key
+    # Other text (an env's feedback, a hindsight block) means other token ids.
+    changed = examples[0]._replace(context_ids=examples[0].context_ids[:-1])
+    assert cache_key(config, [changed, *examples[1:]]) != key
+    other = {**local_tokenizer.vocabulary(), "sha256": "f" * 64}
+    monkeypatch.setattr("trainers.warm_start.vocabulary", lambda: other)
+    assert cache_key(config, examples) != key
 
 
 def _warm_weights(seed: int) -> tuple[dict[str, torch.Tensor], list[float]]:

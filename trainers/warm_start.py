@@ -27,8 +27,11 @@ towards the expert's commands (docs/small_model.md gives the untrained success r
 
 Deterministic for a seed (transcripts, example order and model initialisation are all
 seeded; tested). The result is cached as a model folder under `$CREDITGYM_CACHE/models`,
-named by a hash of the settings, the size of `small` and its tokenizer file, and
-registered as `small-warm` in `agents.models.MODELS` when this module is imported.
+named by a hash of the settings, the size of `small`, its tokenizer's fingerprint and the
+rendered examples themselves (every token of every prompt and target: the envs' text,
+feedback included, the prompt scaffolding and the hindsight blocks), so a change to any
+of them builds a new model instead of reading a stale one. `agents.models.MODELS`
+registers `load_small_warm` as `small-warm`.
 """
 
 from __future__ import annotations
@@ -51,8 +54,8 @@ from agents.atomic import atomic_folder
 from agents.base import Agent, NoisyExpertAgent, RandomAgent
 from agents.constrained import action_token_sequences
 from agents.episode import play_episode
-from agents.local_tokenizer import load_local_tokenizer, tokenizer_path
-from agents.models import MODELS, SMALL_CONFIG, LoadedModel, build_small, cache_dir
+from agents.local_tokenizer import load_local_tokenizer, vocabulary
+from agents.models import SMALL_CONFIG, LoadedModel, build_small, cache_dir
 from agents.prompts import messages_for_step
 from agents.trajectory import Trajectory
 from credit.hcapo import outcome_hindsight
@@ -181,13 +184,24 @@ def collate(examples: Sequence[Example], pad_id: int) -> dict[str, torch.Tensor]
     return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
 
 
-def warm_start(loaded: LoadedModel, config: WarmStartConfig) -> list[float]:
+def config_examples(tokenizer: PreTrainedTokenizerBase, config: WarmStartConfig) -> list[Example]:
+    """The examples `config` trains on: its transcripts rendered in every view."""
+    return render_examples(tokenizer, behaviour_transcripts(config), config.history_len)
+
+
+def warm_start(
+    loaded: LoadedModel, config: WarmStartConfig, examples: Sequence[Example] | None = None
+) -> list[float]:
     """Train `loaded.model` in place on the rendered transcripts; returns each step's loss.
 
     Loss per optimiser step: the mean cross-entropy of the target tokens in the batch
     (transformers shifts the labels by one position).
+
+    Args:
+        examples: `config_examples(loaded.tokenizer, config)` when already rendered.
     """
-    examples = render_examples(loaded.tokenizer, behaviour_transcripts(config), config.history_len)
+    if examples is None:
+        examples = config_examples(loaded.tokenizer, config)
     model = loaded.model
     model.requires_grad_(True)
     model.eval()  # no dropout: the policy samples from the deterministic network
@@ -209,13 +223,23 @@ def warm_start(loaded: LoadedModel, config: WarmStartConfig) -> list[float]:
     return losses
 
 
-def cache_key(config: WarmStartConfig) -> str:
-    """Hash of what decides the warm-started weights (12 hex)."""
+def examples_digest(examples: Sequence[Example]) -> str:
+    """sha256 of the examples' token ids and views, in order (the training corpus)."""
+    digest = hashlib.sha256()
+    for example in examples:
+        digest.update(json.dumps([example.context_ids, example.target_ids, example.view]).encode())
+    return digest.hexdigest()
+
+
+def cache_key(config: WarmStartConfig, examples: Sequence[Example]) -> str:
+    """Hash of what decides the warm-started weights (12 hex): the settings, the size of
+    `small`, the tokenizer's fingerprint and the corpus (`examples_digest`)."""
     identity = {
         "version": WARM_START_VERSION,
         "config": dataclasses.asdict(config),
         "small": dataclasses.asdict(SMALL_CONFIG),
-        "tokenizer": hashlib.sha256(tokenizer_path().read_bytes()).hexdigest(),
+        "tokenizer": vocabulary(),
+        "examples": examples_digest(examples),
     }
     return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:12]
 
@@ -230,25 +254,20 @@ def load_small_warm(
         config: warm-start settings; None: `WarmStartConfig()`.
     """
     config = config or WarmStartConfig()
-    tokenizer = load_local_tokenizer()  # built first: the cache key hashes its file
-    folder = cache_dir() / f"small-warm-{cache_key(config)}"
+    tokenizer = load_local_tokenizer()
+    # Rendered on every load (seconds): the key must see the text the weights learnt.
+    examples = config_examples(tokenizer, config)
+    folder = cache_dir() / f"small-warm-{cache_key(config, examples)}"
     if not (folder / "model.safetensors").is_file():
         logger.info("warm-starting `small` on behaviour transcripts (once) ...")
         loaded = build_small()
-        warm_start(loaded, config)
+        warm_start(loaded, config, examples)
         # Renamed into place at the end: an interrupted build leaves no cache entry.
         with atomic_folder(folder) as staging:
             loaded.model.save_pretrained(staging)
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype).to(device)
     model.eval()
     return LoadedModel(name="small-warm", model=model, tokenizer=tokenizer)
-
-
-def _load_registered(device: str, dtype: torch.dtype) -> LoadedModel:
-    return load_small_warm(device, dtype)
-
-
-MODELS["small-warm"] = _load_registered
 
 
 def describe(config: WarmStartConfig) -> Mapping[str, Any]:

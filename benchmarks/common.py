@@ -1,0 +1,102 @@
+"""What every `benchmarks` entry point does the same way, written once.
+
+Turning an env name into its id, env options into constructor kwargs, a model name into a
+loaded policy, a configuration into an output name, range checks of numeric options, and
+rows into a markdown table: each entry point (`benchmarks.run`, `credit_truth`,
+`credit_quality`, `hindsight_ablation`, `trl_grpo`) calls these instead of its own copy,
+so they cannot drift. Every failure is a `UsageError` (one line, exit status 2).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import torch
+
+import envs
+from agents.models import MODELS, LoadedModel, ModelUnavailableError, load_model
+from benchmarks.cli import UsageError, lookup, suggest
+
+DTYPES: dict[str, torch.dtype] = {
+    "float32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "float16": torch.float16,
+}
+
+
+def env_id(name: str) -> str:
+    """A short name (`keydoor`) or registered id -> the registered id (UsageError with the
+    valid names and close matches)."""
+    return lookup("env", name, {**envs.short_names(), **{i: i for i in envs.ENVS}})
+
+
+def short_name(env_id: str) -> str:
+    """The command-line name of a registered env; an unregistered id's last part."""
+    info = envs.ENVS.get(env_id)
+    return info.short_name if info is not None else env_id.split("/")[-1]
+
+
+def env_options(pairs: Sequence[str], flag: str = "--env-options") -> dict[str, Any]:
+    """`key=value` pairs -> env constructor kwargs (`envs.parse_env_options`: values read
+    as JSON, else as text). The step limit has its own option everywhere, so `max_steps`
+    is refused here."""
+    try:
+        options = envs.parse_env_options(pairs)
+    except ValueError as error:
+        raise UsageError(f"{flag}: {error}") from error
+    if "max_steps" in options:
+        raise UsageError(f"the step limit is --max-episode-steps, not {flag} max_steps")
+    return options
+
+
+def load_policy(
+    name: str, device: str = "cpu", dtype: str = "float32", also_valid: Iterable[str] = ()
+) -> LoadedModel:
+    """`agents.models.load_model` with its one-line error as a UsageError, suggesting close
+    registered names (and `also_valid`: an entry point's scripted agents)."""
+    try:
+        return load_model(name, device=device, dtype=DTYPES[dtype])
+    except ModelUnavailableError as error:
+        raise UsageError(f"{error}.{suggest(name, [*MODELS, *also_valid])}") from error
+
+
+def output_name(
+    name: str | None,
+    env_id: str,
+    parts: Sequence[str],
+    env_qualifiers: Sequence[str] = (),
+    qualifier_separator: str = "_",
+) -> str:
+    """`name` when given, else `<env>_<part>_<part>...`, where `<env>` is the env's short
+    name followed by its qualifiers (options, task families) joined by
+    `qualifier_separator`. The names of existing run folders and result files are built
+    this way, so the format must not change."""
+    if name:
+        return name
+    env = qualifier_separator.join([short_name(env_id), *env_qualifiers])
+    return "_".join([env, *parts])
+
+
+def check_at_least(bounds: Iterable[tuple[str, float, float]]) -> None:
+    """Each (option, value, least): a UsageError for the first value below its least."""
+    for option, value, least in bounds:
+        if value < least:
+            raise UsageError(f"{option} must be >= {least} (got {value})")
+
+
+def markdown_table(columns: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
+    """A markdown table of already formatted cells (also readable as plain text)."""
+    lines = ["| " + " | ".join(columns) + " |", "|" + "|".join("---" for _ in columns) + "|"]
+    lines.extend("| " + " | ".join(cells) + " |" for cells in rows)
+    return "\n".join(lines)
+
+
+def mapping_rows(
+    rows: Iterable[Mapping[str, Any]], columns: Sequence[str], format_float: Any
+) -> list[list[str]]:
+    """Cells of `rows` in `columns` order: floats through `format_float`, others `str`."""
+    return [
+        [format_float(row[c]) if isinstance(row[c], float) else str(row[c]) for c in columns]
+        for row in rows
+    ]
