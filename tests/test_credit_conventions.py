@@ -13,8 +13,15 @@ import pytest
 
 from benchmarks.run import LATER_FIELDS, RunConfig, build_credit, main, run_name
 from credit.base import CreditContext, build
-from credit.gigpo import GiGPO, GiGPOOptions
-from credit.grpo import CONVENTIONS, GRPO, Convention, GRPOOptions, group_normalised
+from credit.gigpo import GiGPO, GiGPOOptions, discounted_returns, discounted_returns_float32
+from credit.grpo import (
+    CONVENTIONS,
+    GRPO,
+    Convention,
+    GRPOOptions,
+    episode_returns,
+    group_normalised,
+)
 from tests.credit_cases import scripted_trajectory
 
 GRPO_CONVENTIONS = ("creditgym", "trl", "verl", "verl-agent")
@@ -265,3 +272,68 @@ def test_the_convention_is_in_the_run_name_only_away_from_its_default():
     base = RunConfig(credit="gigpo", model="tiny")
     assert "credit_convention" in LATER_FIELDS
     assert run_name(dataclasses.replace(base, credit_convention="verl-agent")) != run_name(base)
+
+
+# --- verl-agent's float32 sums: returns equal in exact arithmetic, an ulp apart ---------------
+
+# gamma 0.95; one group. A: rewards 0.5, 1, 10 on s, a1, a2; B: 10, 0.5 on s, b1. Both
+# returns from s are 10.475 in exact arithmetic. Summed in float32 step by step, as
+# verl-agent's `compute_step_discounted_returns` does, A's is one ulp (2^-20 at 10) below
+# B's: 0.95f * 10.5 rounds to 9.974999, and 0.5 + 9.974999 to 10.474999.
+ULP_AT_10 = 2.0**-20
+EQUAL_RETURNS = [
+    scripted_trajectory("g", [0.5, 1.0, 10.0], True, observations=["s", "a1", "a2"]),
+    scripted_trajectory("g", [10.0, 0.5], True, observations=["s", "b1"]),
+]
+
+
+def test_verl_agent_step_returns_are_summed_in_float32_one_ulp_apart():
+    a = discounted_returns_float32([0.5, 1.0, 10.0], 0.95)
+    b = discounted_returns_float32([10.0, 0.5], 0.95)
+    assert a.dtype == np.float32 and a.tolist()[1:] == [10.5, 10.0]
+    assert float(b[0]) - float(a[0]) == ULP_AT_10
+    # Rounded once from float64 the two are the same float32.
+    assert np.float32(discounted_returns([0.5, 1.0, 10.0], 0.95)[0]) == np.float32(10.475)
+    assert np.float32(discounted_returns([10.0, 0.5], 0.95)[0]) == np.float32(10.475)
+
+
+def test_gigpo_on_two_equal_returns_an_ulp_apart_by_hand():
+    # Episode term over step rows: returns 11.5 (x3) and 10.5 (x2), mean 11.1, std
+    # sqrt(1.2 / 4): A^E = 0.4 / sqrt(0.3) and -0.6 / sqrt(0.3). Anchor group s: A's and B's
+    # step returns, an ulp d apart; the float32 mean rounds to B's, so the deviations are
+    # (-d, 0), the std (ddof 1) is d, and A's step term is -d / (d + 1e-6) = -0.488
+    # (verl-agent's own functions give A's first step 0.2422; the episode term's float32
+    # mean and std of 11.1 and sqrt(0.3) leave 1e-6 relative). creditgym sums in float64:
+    # the two returns are equal, the guard zeroes the step term, and its episode term is
+    # over trajectories (+-0.7071).
+    std = math.sqrt(0.3)
+    plus, minus = 0.4 / (std + 1e-6), -0.6 / (std + 1e-6)
+    step = -ULP_AT_10 / (ULP_AT_10 + 1e-6)
+    verl_agent = GiGPO(convention="verl-agent")(EQUAL_RETURNS)
+    np.testing.assert_allclose(verl_agent.step_advantages[0], [plus + step, plus, plus], rtol=1e-5)
+    np.testing.assert_allclose(verl_agent.step_advantages[1], [minus, minus], rtol=1e-5)
+    assert verl_agent.step_advantages[0][0] == pytest.approx(0.2422, abs=1e-4)
+    creditgym = GiGPO()(EQUAL_RETURNS)
+    np.testing.assert_allclose(
+        np.concatenate(creditgym.step_advantages), [HALF_OVER_STD] * 3 + [-HALF_OVER_STD] * 2
+    )
+
+
+def test_a_return_summed_in_float32_keeps_its_rounding_and_only_verl_agent_sums_so():
+    # 0.1 + 0.6 in float32 is 0.70000005, one ulp above float32(0.7): two returns equal
+    # in exact arithmetic are unequal in verl-agent's float32 `episode_rewards`.
+    batch = [scripted_trajectory("g", [0.1, 0.6], True), scripted_trajectory("g", [0.0, 0.7], True)]
+    summed = episode_returns(batch, CONVENTIONS["verl-agent"])
+    assert summed[0] - summed[1] == ULP_24
+    assert episode_returns(batch, CONVENTIONS["verl"]).tolist() == [0.7, 0.7]
+    assert [name for name, c in CONVENTIONS.items() if c.float32_sums] == ["verl-agent"]
+    # No guard: the ulp d becomes an advantage. Step rows [a, a, b, b] with a = b + d: the
+    # float32 mean rounds to a, the deviations are (0, 0, -d, -d), the std (ddof 1)
+    # d sqrt(2/3), so B gets -d / (d sqrt(2/3) + 1e-6) = -0.057 and A 0. creditgym's guard
+    # sees one return and gives 0 to both.
+    verl_agent = GRPO(convention="verl-agent")(batch).step_advantages
+    expected_b = -ULP_24 / (ULP_24 * math.sqrt(2 / 3) + 1e-6)
+    np.testing.assert_allclose(
+        np.concatenate(verl_agent), [0, 0, expected_b, expected_b], rtol=1e-5
+    )
+    assert np.all(np.concatenate(GRPO()(batch).step_advantages) == 0.0)
