@@ -579,6 +579,24 @@ def type_success(runs: Sequence[records.RunData]) -> pd.DataFrame:
     return pd.DataFrame(lines, columns=["task", "method", "seed", "type", "success"])
 
 
+def type_lines(by_type: pd.DataFrame) -> list[str]:
+    """A task's final success per task type and method, mean over seeds (none without
+    types): a policy stuck on one action (always take the umbrella) wins every episode of
+    one type and none of the other, which the overall rate hides."""
+    if by_type.empty:
+        return []
+    table = by_type.groupby(["method", "type"]).success.mean().unstack("type")
+    lines = [
+        "Final success per task type, % (mean over seeds):",
+        "",
+        "| method | " + " | ".join(table.columns) + " |",
+        "|---|" + "---|" * len(table.columns),
+    ]
+    for method, row in table.iterrows():
+        lines.append(f"| {method} | " + " | ".join(_value(100 * v, 1) for v in row) + " |")
+    return [*lines, ""]
+
+
 def calibration_table(
     frame: pd.DataFrame, summary: pd.DataFrame, by_type: pd.DataFrame
 ) -> pd.DataFrame:
@@ -663,6 +681,7 @@ def markdown(
     trends: pd.DataFrame,
     untrained: Mapping[str, float],
     header: str,
+    by_type: pd.DataFrame,
 ) -> str:
     """study.md."""
     lines = [
@@ -712,6 +731,7 @@ def markdown(
                     f"{_value(row.median_seconds_to_80)} |"
                 )
         lines.append("")
+        lines += type_lines(by_type[by_type.task == task])
     if not pairs.empty:
         family = int(pairs.confirmatory.sum())
         margin = f"{100 * EQUIVALENCE_MARGIN:.0f}"
@@ -806,7 +826,8 @@ def build(args: StudyArgs) -> pd.DataFrame:
     pairs = improvement_pairs(frame, "final_success", args.reps)
     trends = horizon_trends(frame)
     (args.out / "study.md").write_text(
-        markdown(frame, summary, pairs, trends, baselines(runs), header), encoding="utf-8"
+        markdown(frame, summary, pairs, trends, baselines(runs), header, type_success(runs)),
+        encoding="utf-8",
     )
     horizon_figure(frame, summary, args.out / "credit_vs_horizon.png")
     curve_figure(runs, frame, "rollouts", args.out / "learning_curves.png")

@@ -300,3 +300,17 @@ def test_calibration_sets_each_oracle_row_against_the_bar_with_grpo_beside_it(tm
     grpo_only = tmp_path / "grpo_only"
     write_run(grpo_only, "g", 0, "grpo", curve, 2)
     assert study.main(["--runs", str(grpo_only), "--out", str(out), "--calibration"]) == 2
+
+
+def test_study_md_splits_final_success_by_task_type(tmp_path):
+    runs = tmp_path / "runs"
+    curve = [0.0, 0.5, 0.9, 1.0]
+    # Episode 0 (rain) wins on seed 0; episodes 0-1 (rain, sunshine) on seed 1.
+    write_run(runs, "g0", 0, "grpo", curve, 1, typed=True)
+    write_run(runs, "g1", 1, "grpo", curve, 2, typed=True)
+    out = tmp_path / "report"
+    assert study.main(["--runs", str(runs), "--out", str(out), "--reps", "200"]) == 0
+    text = (out / "study.md").read_text()
+    assert "| method | rain | sunshine |" in text
+    # Rain: 1/2 on both seeds; sunshine: 0/2 and 1/2.
+    assert "| grpo | 50.0 | 25.0 |" in text
