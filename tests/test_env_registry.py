@@ -236,10 +236,21 @@ def _env_names() -> set[str]:
 def test_no_env_id_or_short_name_is_tested_outside_envs() -> None:
     # A condition on an env's name belongs in its EnvInfo: compare nodes whose operands
     # are an env's id, short name or display name, or a lookup of SHORT_NAMES by one.
+    # Also a module constant holding one (`SYSDIAG_ID = "creditgym/SysDiag-v0"`) compared.
     names, root, found = _env_names(), Path(__file__).resolve().parents[1], []
     for package in SOURCE_PACKAGES:
         for path in sorted((root / package).rglob("*.py")):
-            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            constants = {
+                target.id
+                for node in tree.body
+                if isinstance(node, ast.Assign)
+                and isinstance(node.value, ast.Constant)
+                and node.value.value in names
+                for target in node.targets
+                if isinstance(target, ast.Name)
+            }
+            for node in ast.walk(tree):
                 operands = []
                 if isinstance(node, ast.Compare):
                     operands = [node.left, *node.comparators]
@@ -249,6 +260,8 @@ def test_no_env_id_or_short_name_is_tested_outside_envs() -> None:
                 ):
                     operands = [node.slice]
                 for operand in operands:
-                    if isinstance(operand, ast.Constant) and operand.value in names:
+                    if (isinstance(operand, ast.Constant) and operand.value in names) or (
+                        isinstance(operand, ast.Name) and operand.id in constants
+                    ):
                         found.append(f"{path.relative_to(root)}:{node.lineno}")
     assert not found, found
