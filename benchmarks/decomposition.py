@@ -43,6 +43,7 @@ One writer at a time (`benchmarks.lock`). Usage errors: one line, exit 2.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 import math
@@ -62,7 +63,7 @@ import tyro
 import credit
 from agents.atomic import DamagedFileError, atomic_write_text
 from agents.models import LoadedModel
-from agents.trajectory import Trajectory
+from agents.trajectory import REWARD_CHANNELS, Trajectory
 from benchmarks import lock
 from benchmarks.cli import UsageError, exit_on_usage_error
 from benchmarks.credit_truth import (
@@ -78,10 +79,11 @@ from benchmarks.credit_truth import (
 from benchmarks.records import JsonlAppender, iter_jsonl
 from credit.base import build
 from credit.exact_source import EXACT_CLASSES, HCAPOExact
-from credit.ground_truth import trie_action_logprobs
+from credit.ground_truth import MDP_CHANNELS, TaskMDPs, evaluate_policy, trie_action_logprobs
 from credit.hcapo import HCAPO
 from credit.scoring import prefetch_modules, score_logprobs
 from credit.truth_metrics import (
+    TruthSet,
     cosine,
     gradient_estimate,
     pearson,
@@ -119,6 +121,9 @@ class DecompositionArgs:
     """Trajectories per setting, one per model in the order of --models."""
     modules: tuple[str, ...] = ("hcapo", "hcapo_seed", "hp_rlvr")
     """Hindsight modules (each needs an exact-source class)."""
+    channels: tuple[str, ...] = ("outcome", "return")
+    """Reward channels (`agents.trajectory.REWARD_CHANNELS`), each scored on the same pool:
+    the trajectories paid on it, the truth of the MDP paid on it, the verdict V it gives."""
     group_size: int = 8
     """G: rollouts per group; the batch is one group (the most batches for the cosine)."""
     tasks: int = 2
@@ -178,6 +183,11 @@ def validate_args(args: DecompositionArgs) -> list[tuple[Setting, str, int]]:
         raise UsageError(f"--pools needs one size per model ({len(args.models)}), got {args.pools}")
     if args.bootstrap < 2:
         raise UsageError("--bootstrap must be >= 2")
+    for channel in args.channels:
+        if channel not in REWARD_CHANNELS:
+            raise UsageError(
+                f"unknown reward channel {channel!r}; valid: {', '.join(REWARD_CHANNELS)}"
+            )
     for name in args.modules:
         if name not in EXACT_CLASSES:
             raise UsageError(
@@ -391,8 +401,26 @@ def calibration_row(
     return row
 
 
+def on_channel(prepared: PreparedValue, channel: str, mdps: TaskMDPs) -> PreparedValue:
+    """`prepared` paid on `channel`: its pool through the channel, its truth that of the
+    channel's MDP (`credit.ground_truth.MDP_CHANNELS`) under the same policy tables, and
+    a context that tells the exact modules the channel (the scores' memo shared)."""
+    truths = {
+        task_id: evaluate_policy(MDP_CHANNELS[channel](mdps(task_id)), truth.policy, truth.gamma)
+        for task_id, truth in prepared.truths.truths.items()
+    }
+    pool = [REWARD_CHANNELS[channel](trajectory) for trajectory in prepared.pool]
+    return PreparedValue(
+        TruthSet(truths, prepared.truths.weights),
+        pool,
+        dataclasses.replace(prepared.context, reward_channel=channel),
+        float(np.mean([truth.expected_return for truth in truths.values()])),
+        float(np.mean([trajectory.total_return for trajectory in pool])),
+    )
+
+
 # The options a cell's numbers depend on (besides its setting, model and pool).
-NUMERIC_OPTIONS = ("modules", "group_size", "tasks", "bootstrap", "seed")
+NUMERIC_OPTIONS = ("modules", "channels", "group_size", "tasks", "bootstrap", "seed")
 
 
 def cell_config(args: DecompositionArgs, pool: int) -> dict[str, Any]:
@@ -408,33 +436,45 @@ def run_cell(
     cell_args = truth_args(args, setting, model, pool)
     env_id, _ = validate(cell_args)
     start = time.perf_counter()
-    prepared = prepare_value(cell_args, env_id, dict(setting.kwargs), policy, cell_args.sweep[0])
-    context = prepared.context
-    readers = [build(credit.resolve(name), context) for name in args.modules]
-    views = prefetch_modules(context.score_memo, policy, readers, prepared.pool, history_len=0)
-    print(f"  {views} distinct views scored in {time.perf_counter() - start:.0f} s", flush=True)
+    kwargs = dict(setting.kwargs)
+    sampled = prepare_value(cell_args, env_id, kwargs, policy, cell_args.sweep[0])
+    mdps = TaskMDPs(env_id, kwargs)
     rng = np.random.default_rng(args.seed)
-    rows = []
-    for name in args.modules:
-        for source, cls in zip(SOURCES, (EXACT_CLASSES[name], credit.resolve(name)), strict=True):
-            credits = module_credits(cls, context, prepared.pool, args.group_size)
-            rows.append(
-                {
-                    "module": name,
-                    "source": source,
-                    "credit": name if source == "model" else class_path(cls),
-                    **agreement_row(prepared, credits, args.group_size, args.bootstrap, rng),
-                }
-            )
-    steps = calibration(prepared, policy)
+    rows, calibrations = [], []
+    for channel in args.channels:
+        prepared = on_channel(sampled, channel, mdps)
+        context = prepared.context
+        readers = [build(credit.resolve(name), context) for name in args.modules]
+        views = prefetch_modules(context.score_memo, policy, readers, prepared.pool, history_len=0)
+        print(
+            f"  {channel}: {views} distinct views scored by {time.perf_counter() - start:.0f} s",
+            flush=True,
+        )
+        for name in args.modules:
+            classes = (EXACT_CLASSES[name], credit.resolve(name))
+            for source, cls in zip(SOURCES, classes, strict=True):
+                credits = module_credits(cls, context, prepared.pool, args.group_size)
+                rows.append(
+                    {
+                        "channel": channel,
+                        "module": name,
+                        "source": source,
+                        "credit": name if source == "model" else class_path(cls),
+                        **agreement_row(prepared, credits, args.group_size, args.bootstrap, rng),
+                    }
+                )
+        steps = calibration(prepared, policy)
+        calibrations.append(
+            {"channel": channel, **calibration_row(prepared, steps, args.bootstrap, rng)}
+        )
     record = {
         "setting": setting.label,
         "model": model,
         "config": cell_config(args, pool),
-        "exact_return": prepared.exact_return,
-        "sampled_return": prepared.sampled_return,
+        "exact_return": sampled.exact_return,
+        "sampled_return": sampled.sampled_return,
         "rows": rows,
-        "calibration": calibration_row(prepared, steps, args.bootstrap, rng),
+        "calibration": calibrations,
         "seconds": time.perf_counter() - start,
     }
     print(f"  {setting.label} with {model}: {record['seconds']:.0f} s", flush=True)
@@ -463,7 +503,7 @@ def table_rows(cells: Sequence[Mapping[str, Any]]) -> tuple[list[dict], list[dic
     for cell in cells:
         key = {"setting": cell["setting"], "model": cell["model"], "pool": cell["config"]["pool"]}
         agreement.extend({**key, **row} for row in cell["rows"])
-        calibrated.append({**key, **cell["calibration"]})
+        calibrated.extend({**key, **row} for row in cell["calibration"])
     return agreement, calibrated
 
 
@@ -475,8 +515,9 @@ def markdown(cells: Sequence[Mapping[str, Any]], command: str) -> str:
     wide: dict[tuple, dict[str, Any]] = {}
     for row in agreement:
         entry = wide.setdefault(
-            (row["setting"], row["model"], row["module"]),
+            (row["channel"], row["setting"], row["model"], row["module"]),
             {
+                "channel": row["channel"],
                 "setting": row["setting"],
                 "model": row["model"],
                 "pool": str(row["pool"]),
@@ -485,10 +526,11 @@ def markdown(cells: Sequence[Mapping[str, Any]], command: str) -> str:
         )
         for metric in ("pearson", "key_sign", "cos"):
             entry[f"{metric} {row['source']}"] = plus_minus(row[metric], row[f"{metric}_se"])
-    columns = ["setting", "model", "pool", "module"]
+    columns = ["channel", "setting", "model", "pool", "module"]
     columns += [f"{m} {s}" for m in ("pearson", "key_sign", "cos") for s in SOURCES]
     calibration_table = [
         {
+            "channel": row["channel"],
             "setting": row["setting"],
             "model": row["model"],
             "steps": str(int(row["steps"])),

@@ -57,18 +57,29 @@ def test_decomposition_scores_both_sources_calibrates_and_resumes(tmp_path, caps
     assert len(lines) == 1
     cell = json.loads(lines[0])
     assert (cell["setting"], cell["model"]) == ("keydoor:delay=1", "small")
-    rows = {(row["module"], row["source"]): row for row in cell["rows"]}
+    rows = {(row["channel"], row["module"], row["source"]): row for row in cell["rows"]}
     assert set(rows) == {
-        (m, s) for m in ("hcapo", "hcapo_seed", "hp_rlvr") for s in ("exact", "model")
+        (c, m, s)
+        for c in ("outcome", "return")
+        for m in ("hcapo", "hcapo_seed", "hp_rlvr")
+        for s in ("exact", "model")
     }
-    assert rows["hcapo", "exact"]["credit"] == "credit.exact_source:HCAPOExact"
-    assert rows["hp_rlvr", "exact"]["credit"] == "credit.exact_source:HPRLVRExact"
-    assert rows["hcapo", "model"]["credit"] == "hcapo"
+    assert rows["outcome", "hcapo", "exact"]["credit"] == "credit.exact_source:HCAPOExact"
+    assert rows["outcome", "hp_rlvr", "exact"]["credit"] == "credit.exact_source:HPRLVRExact"
+    assert rows["outcome", "hcapo", "model"]["credit"] == "hcapo"
     for row in rows.values():
         assert row["batches"] == 2 and math.isfinite(row["pearson"]) and math.isfinite(row["cos"])
     # Exact hindsight is a different credit from small's (inert) hindsight.
-    assert rows["hp_rlvr", "exact"]["pearson"] != rows["hp_rlvr", "model"]["pearson"]
-    calibration = cell["calibration"]
+    assert (
+        rows["outcome", "hp_rlvr", "exact"]["pearson"]
+        != rows["outcome", "hp_rlvr", "model"]["pearson"]
+    )
+    # The channels score against different truths (the door's verdict; apples and door).
+    assert (
+        rows["outcome", "hcapo", "exact"]["pearson"] != rows["return", "hcapo", "exact"]["pearson"]
+    )
+    assert [c["channel"] for c in cell["calibration"]] == ["outcome", "return"]
+    calibration = cell["calibration"][0]
     assert 0 < calibration["ratio_signed_steps"] <= calibration["steps"]
     # On KeyDoor the verdict says something about the key (KL(h_exact || pi) > 0), and
     # `small` reads nothing of it: its hindsight is its policy, so it is as far from the
@@ -77,7 +88,7 @@ def test_decomposition_scores_both_sources_calibrates_and_resumes(tmp_path, caps
     assert calibration["kl_model"] == pytest.approx(calibration["kl_policy"], rel=0.2)
     markdown = (tmp_path / "decomposition.md").read_text(encoding="utf-8")
     assert "Produced by `python -m benchmarks.decomposition --settings keydoor:delay=1" in markdown
-    assert "| keydoor:delay=1 | small | 16 | hcapo |" in markdown
+    assert "| outcome | keydoor:delay=1 | small | 16 | hcapo |" in markdown
     # The same command again keeps the cell; other numeric options are refused (exit 2).
     capsys.readouterr()
     assert decomposition_main(_argv(tmp_path)) == 0
