@@ -23,8 +23,10 @@ from typing import Any
 
 logger = logging.getLogger(__name__)
 
-# mkstemp creates files readable by their owner only; results are meant to be shared.
+# mkstemp / mkdtemp create files and folders readable by their owner only; results are
+# meant to be shared.
 SHARED_FILE_MODE = 0o644
+SHARED_FOLDER_MODE = 0o755
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
@@ -49,12 +51,17 @@ def atomic_folder(path: str | os.PathLike) -> Iterator[Path]:
     """An empty staging folder next to `path` to fill in the `with` block; when the block
     ends without error it replaces `path` (an older folder there is removed first),
     otherwise it is removed. Its name starts with a dot, so globs for `path`'s siblings
-    do not see it."""
+    do not see it. Staging folders of `path` that a killed writer left behind are removed
+    first: the callers write `path` as its one writer (a run folder's lock,
+    `benchmarks/lock.py`), so none of them is still being filled."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    for stale in path.parent.glob(f".{path.name}.partial_*"):
+        shutil.rmtree(stale, ignore_errors=True)
     staging = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.partial_"))
     try:
         yield staging
+        os.chmod(staging, SHARED_FOLDER_MODE)
         if path.exists():
             shutil.rmtree(path)
         os.replace(staging, path)

@@ -37,8 +37,11 @@ class LiveBar(tqdm):
 
     def _tick(self) -> None:
         while not self._closed.wait(PROGRESS_INTERVAL_S):
-            if time.time() - self.start_t >= self.delay:  # tqdm's clock is time.time
+            now = time.time()  # tqdm's clock
+            if now - self.start_t >= self.delay:
                 self.refresh()
+                # close() clears only a bar it thinks was drawn, judged by this time.
+                self.last_print_t = max(self.last_print_t, now)
 
     def close(self) -> None:
         # tqdm calls close() again from __del__; the ticker is stopped on the first call.

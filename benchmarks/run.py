@@ -17,6 +17,7 @@ import dataclasses
 import functools
 import hashlib
 import json
+import logging
 import math
 import os
 import re
@@ -61,6 +62,8 @@ from trainers.policy_gradient import AgentConfig, PolicyGradientConfig, PolicyGr
 from trainers.sft import CreditFilteredSFTTrainer, SFTConfig
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+# Named, not __name__: run as `python -m benchmarks.run` this module is __main__.
+logger = logging.getLogger("benchmarks.run")
 
 # Evaluation seeds start far above any training seed so that evaluation tasks are never
 # training tasks where the env draws tasks from the seed (SysDiag, CodeExec).
@@ -1026,6 +1029,11 @@ def evaluate(
 
     Scripted agents go one episode at a time, LLM policies in batches of
     `eval_batch_size`; every finished episode is on disk before the next batch starts.
+    The batches are fixed (episodes 0..B-1, B..2B-1, ...), and a batch with any episode
+    missing is played whole, writing only the missing ones: an LLM's episodes depend on
+    the batch they are sampled in (its agent seed, the rows decoded beside them), so a
+    batch cut short by a kill while its episodes were being written, or extended by a
+    larger --eval-episodes, still writes what an uninterrupted run writes.
     """
     todo = missing_episodes(cfg, run_dir)
     method = method_label(cfg)
@@ -1036,19 +1044,23 @@ def evaluate(
         tqdm(total=len(todo), desc="evaluate", unit="ep", disable=not todo) as progress,
     ):
         for split in eval_splits(cfg, env_id):
-            indices = [index for s, index in todo if s.name == split.name]
-            if not indices:
+            missing = {index for s, index in todo if s.name == split.name}
+            if not missing:
                 continue
             env = make_env(env_id, env_kwargs_for(cfg, env_id, split)) if policy is None else None
             try:
-                for start in range(0, len(indices), batch):
-                    chunk = indices[start : start + batch]
+                for start in range(0, cfg.eval_episodes, batch):
+                    chunk = list(range(start, min(start + batch, cfg.eval_episodes)))
+                    if missing.isdisjoint(chunk):
+                        continue
                     played = (
                         scripted_episodes(cfg, env, split.name, chunk)
                         if env is not None
                         else policy_episodes(cfg, policy, env_id, split, chunk)
                     )
                     for index, trajectory in played:
+                        if index not in missing:  # written before, by the same batch
+                            continue
                         record = episode_record(trajectory, index, split.name, method, train_step)
                         # Trajectory first: the episode record is what marks the episode done.
                         trajectory_sink.append(
@@ -1247,10 +1259,26 @@ def run_in(cfg: RunConfig, env_id: str, run_dir: Path, policy: LoadedModel | Non
     """Train (or resume), evaluate, write samples and the summary in `run_dir`."""
     if policy is not None and trains(cfg):
         final_dir = run_dir / "final"
+        trained = None
         if (run_dir / records.TRAINING_FILE).exists() and final_dir.is_dir():
-            policy = load_trained_policy(policy, final_dir, cfg.device, model_dtype(cfg))
-        else:
-            policy = train(cfg, env_id, run_dir, policy)
+            try:
+                trained = load_trained_policy(policy, final_dir, cfg.device, model_dtype(cfg))
+            # A damaged export (a disk error, a file cut short) fails in whichever reader
+            # meets it first (safetensors, json, peft): any of them means unreadable. The
+            # last checkpoint holds the same weights, so training resumes there and exports
+            # them again.
+            except Exception as error:
+                logger.warning(
+                    "the exported policy %s cannot be loaded (%s: %s); exporting it again "
+                    "from the newest checkpoint",
+                    final_dir,
+                    type(error).__name__,
+                    (str(error).splitlines() or [""])[0],
+                )
+                shutil.rmtree(final_dir)
+                # peft wraps the base model in place before it reads the adapter.
+                policy = load_policy(cfg.model, cfg.device, model_dtype(cfg))
+        policy = trained if trained is not None else train(cfg, env_id, run_dir, policy)
     train_step = len(records.read_metrics(run_dir))
     evaluate(cfg, env_id, run_dir, policy, train_step)
     missing = missing_episodes(cfg, run_dir)

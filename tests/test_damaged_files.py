@@ -1,6 +1,7 @@
 """Damaged files: a corrupt record is an error naming its file and line, the incomplete last
-line a kill leaves is reported when read and when cut off, and a checkpoint that fails to
-load is reported and passed over for the newest one that loads."""
+line a kill leaves is reported when read and when cut off, a checkpoint that fails to
+load is reported and passed over for the newest one that loads, and an exported policy
+that fails to load is reported and exported again from the last checkpoint."""
 
 from __future__ import annotations
 
@@ -203,6 +204,26 @@ def test_training_resumes_from_the_newest_checkpoint_that_loads(tmp_path, capsys
         assert main(argv) == 2
     assert one_error_line(capsys).startswith("error: none of the 2 checkpoints")
     assert caplog.text.count("cannot be loaded") == 2
+
+
+@pytest.mark.slow  # trains `tiny` for one iteration, then loads and exports it again
+def test_a_damaged_exported_policy_is_named_and_exported_again_from_the_last_checkpoint(
+    tmp_path, caplog
+):
+    argv = ["--env", "sysdiag", "--model", "tiny", "--credit", "grpo", "--steps", "1"]
+    argv += ["--group-size", "2", "--max-episode-steps", "3", "--sample-group-size", "0"]
+    argv += ["--out", str(tmp_path)]
+    assert main([*argv, "--eval-episodes", "1"]) == 0
+    (run_dir,) = records.run_dirs(tmp_path)
+    (weights,) = (run_dir / "final").glob("*.safetensors")
+    exported = weights.read_bytes()
+    weights.write_bytes(exported[:1000])  # a file cut short
+    with caplog.at_level(logging.WARNING):
+        assert main([*argv, "--eval-episodes", "2"]) == 0  # the trained policy plays one more
+    assert f"the exported policy {run_dir / 'final'} cannot be loaded" in caplog.text
+    assert weights.read_bytes() == exported  # the same weights, from the last checkpoint
+    assert [r["step"] for r in records.read_metrics(run_dir)] == [1]  # nothing trained again
+    assert [e.index for e in records.read_episodes(run_dir)] == [0, 1]
 
 
 def damage_middle_line(path: Path) -> None:

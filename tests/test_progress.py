@@ -1,16 +1,21 @@
-"""Signs of life in long phases: the rollout bar's steps and tokens/s, and the one line
-`benchmarks.run` prints up front of what it will do."""
+"""Signs of life in long phases: the rollout bar's steps and tokens/s, hindsight scoring's
+views scored, bars redrawn while a long call runs, and the one line `benchmarks.run`
+prints up front of what it will do."""
 
 from __future__ import annotations
 
 import re
+import time
 
-from agents import rollout
+from agents import progress, rollout
 from agents.base import RandomAgent
 from agents.llm import LLMAgent
 from agents.models import build_tiny
+from agents.progress import LiveBar
 from benchmarks import run as run_module
 from benchmarks.run import parse_config, plan_line
+from credit import scoring
+from credit.views import TeacherForced
 
 KEYDOOR = "creditgym/KeyDoor-v0"
 
@@ -60,3 +65,36 @@ def test_the_plan_line_warns_of_tens_of_minutes_for_a_large_policy_on_a_cpu(monk
     # The threshold at tiny's own size: tiny counts as large.
     monkeypatch.setattr(run_module, "SLOW_ON_CPU_PARAMETERS", tiny.model.num_parameters())
     assert plan_line(cfg, KEYDOOR, tiny).endswith("policy on a CPU: expect tens of minutes")
+
+
+def test_hindsight_scoring_counts_the_views_scored_of_the_total(monkeypatch, capsys):
+    monkeypatch.setattr(scoring, "SHOW_AFTER_S", 0.0)  # show the bar from the start
+    counted: list[tuple[int, int]] = []
+    update = LiveBar.update
+
+    def counting_update(bar: LiveBar, n: int = 1) -> bool | None:
+        counted.append((bar.total, n))
+        return update(bar, n)
+
+    monkeypatch.setattr(LiveBar, "update", counting_update)
+    causal = [TeacherForced((1, 2, 3 + k), (5, 6)) for k in range(5)]
+    hindsight = [TeacherForced((1, 2, 9, 3 + k), (5, 6)) for k in range(5)]
+    hindsight[0] = TeacherForced((7,), (5, 6))  # shares no prefix: the unshared path
+    scoring.score_divergence(build_tiny(), causal, hindsight, memory_budget_bytes=1)
+    # One row per chunk under a 1-byte budget: the bar moves view by view up to the total.
+    assert counted == [(5, 1)] * 5
+    assert "hindsight scoring:   0%|" in capsys.readouterr().err
+
+
+def test_a_short_scoring_call_prints_no_bar(capsys):
+    views = [TeacherForced((1, 2, 3), (4,))]
+    scoring.score_logprobs(build_tiny(), views)
+    assert "hindsight scoring" not in capsys.readouterr().err
+
+
+def test_a_live_bar_redraws_its_elapsed_time_while_the_count_stands_still(monkeypatch, capsys):
+    monkeypatch.setattr(progress, "PROGRESS_INTERVAL_S", 0.05)
+    with LiveBar(total=2, desc="phase", unit="step", leave=False):
+        time.sleep(0.5)  # one long call: no update
+    drawn = [part for part in capsys.readouterr().err.split("\r") if part.startswith("phase")]
+    assert len(drawn) >= 5  # the ticker's redraws, about every 0.05 s

@@ -34,7 +34,7 @@ import torch
 from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
-from agents.atomic import DamagedFileError, atomic_folder, jsonl_records
+from agents.atomic import DamagedFileError, atomic_folder, atomic_write_text, jsonl_records
 from credit.base import CreditModule
 
 logger = logging.getLogger(__name__)
@@ -251,8 +251,8 @@ class MetricsLog:
         self.total_steps = total_steps
         self.path.parent.mkdir(parents=True, exist_ok=True)
         kept = [record for record in self.read() if record["step"] <= resume_step]
-        with open(self.path, "w", encoding="utf-8") as handle:
-            handle.writelines(json.dumps(record) + "\n" for record in kept)
+        # Atomic: a kill during this rewrite must not lose the records of earlier steps.
+        atomic_write_text(self.path, "".join(json.dumps(record) + "\n" for record in kept))
         # purge_step hides TensorBoard events that the resumed run will write again.
         self.writer = SummaryWriter(
             str(Path(run_dir) / "tensorboard"), purge_step=resume_step + 1 if resume_step else None

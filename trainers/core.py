@@ -29,6 +29,7 @@ import numpy as np
 import torch
 from peft import LoraConfig, PeftModel, get_peft_model
 
+from agents.atomic import atomic_folder
 from agents.llm import LLMAgent, SamplingConfig
 from agents.models import LoadedModel
 from agents.parsing import is_valid_action
@@ -419,6 +420,10 @@ class TrainerCore(abc.ABC):
         return path
 
     def export(self, directory: str | os.PathLike) -> None:
-        """Save the trained policy: the LoRA adapter, or the full model, plus the tokenizer."""
-        self.policy.model.save_pretrained(str(directory))
-        self.policy.tokenizer.save_pretrained(str(directory))
+        """Save the trained policy: the LoRA adapter, or the full model, plus the tokenizer.
+
+        Written beside `directory` and renamed into place, so a run killed while exporting
+        leaves no half-written folder that a rerun would take for the trained policy."""
+        with atomic_folder(directory) as staging:
+            self.policy.model.save_pretrained(str(staging))
+            self.policy.tokenizer.save_pretrained(str(staging))

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from agents.atomic import jsonl_records
+from agents.atomic import atomic_write_text, jsonl_records
 from agents.llm import LLMAgent, SamplingConfig
 from agents.models import LoadedModel
 from agents.rollout import EnvWorkers, collect
@@ -71,9 +71,8 @@ class CurveLog:
     def __init__(self, run_dir: str | os.PathLike, resume_iteration: int = 0) -> None:
         self.path = Path(run_dir) / CURVE_FILE
         kept = [point for point in self.read() if point["iteration"] <= resume_iteration]
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.path, "w", encoding="utf-8") as handle:
-            handle.writelines(json.dumps(point) + "\n" for point in kept)
+        # Atomic: a kill during this rewrite must not lose the points kept.
+        atomic_write_text(self.path, "".join(json.dumps(point) + "\n" for point in kept))
         self.iterations = {point["iteration"] for point in kept}
 
     def read(self) -> list[dict[str, Any]]:
