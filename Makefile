@@ -1,23 +1,26 @@
 # Two entry points (see README): `make demo` and `make test`. Both create .venv on
-# first use. torch==2.13.0 is installed before the project so that pip takes the local
-# CPU build instead of resolving a multi-GB CUDA build.
+# first use, from the lock (locks/README.md): pyproject.toml holds ranges, locks/main.txt
+# the exact set. pip takes the lock's `torch==2.13.0` from the CPU build on disk, so no
+# multi-GB CUDA build is resolved.
 PY ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+UV := $(VENV)/tools/bin/uv
+# verl 0.9.1 caps transformers below 5.11, under creditgym's floor (pyproject.toml), so it
+# goes in without its dependencies; the lock holds what its advantage estimators import.
+VERL := verl==0.9.1
 
-.PHONY: setup demo test test-fast lint clean
+.PHONY: setup demo test test-fast lint lock clean
 
-# verl==0.9.1 requires transformers<5.11, below the project's pin, so it goes in without
-# its dependencies; the `verl` extra holds what its advantage estimators import
-# (docs/integrations.md).
-$(STAMP): pyproject.toml
+# The locked set, then creditgym itself and verl without dependencies. The stamp names the
+# lock (tests/test_packaging_lock.py checks that the venv holds exactly its versions).
+$(STAMP): pyproject.toml locks/main.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -e ".[dev,trl,verl]"
-	$(BIN)/pip install --quiet --no-deps verl==0.9.1
-	touch $(STAMP)
+	$(BIN)/pip install --quiet -r locks/main.txt
+	$(BIN)/pip install --quiet --no-deps -e . $(VERL)
+	echo locks/main.txt > $(STAMP)
 
 setup: $(STAMP)
 
@@ -28,9 +31,10 @@ demo: $(STAMP)
 	$(BIN)/python -m benchmarks.run --preset demo
 	$(BIN)/python -m benchmarks.leaderboard --runs results/local/runs
 
-# The whole suite, as CI runs it; the 15 slowest tests are listed at the end so that a
-# test that grew slow is seen.
+# The whole suite, as CI runs it (the locks first: in step with pyproject.toml); the 15
+# slowest tests are listed at the end so that a test that grew slow is seen.
 test: $(STAMP)
+	$(BIN)/python -m benchmarks.dependency_locks --check
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q --durations=15
 
@@ -41,6 +45,12 @@ test-fast: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
+
+# Resolve locks/ again from pyproject.toml's ranges (after changing them); needs a package
+# registry. uv resolves (locks/README.md says why) in a venv of its own.
+lock: $(STAMP)
+	test -x $(UV) || ($(PY) -m venv $(VENV)/tools && $(VENV)/tools/bin/pip install --quiet uv==0.13.9)
+	$(BIN)/python -m benchmarks.dependency_locks --uv $(UV)
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -26,9 +26,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
-import torch
+# torch only where a TokenBatch is built: the envs and the scripted rollout run on the core
+# dependencies alone (tests/test_packaging_light.py).
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass(frozen=True)
@@ -240,6 +243,8 @@ class TokenBatch(NamedTuple):
     def from_trajectories(
         cls, trajectories: Sequence[Trajectory], pad_token_id: int = 0
     ) -> TokenBatch:
+        import torch
+
         rows = [
             (i, t, step) for i, traj in enumerate(trajectories) for t, step in enumerate(traj.steps)
         ]
@@ -287,6 +292,8 @@ class TokenBatch(NamedTuple):
         Returns:
             [N, L] float32 tensor.
         """
+        import torch
+
         values = torch.zeros_like(self.old_logprobs)
         flat = [step_values for traj_values in per_token for step_values in traj_values]
         if len(flat) != values.shape[0]:

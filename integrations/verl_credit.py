@@ -41,8 +41,8 @@ fields (or, HP-RLVR, the divergences in the batch) is called from the trainer wi
 `compute_advantage` here, as verl-agent's trainer calls its GiGPO; GRPO needs none and
 also runs from verl's own `algorithm.adv_estimator=creditgym_grpo`. The
 registering import must happen in the process that runs the trainer (verl's
-`TaskRunner` Ray actor): `VERL_USE_EXTERNAL_MODULES=integrations.verl_credit` makes
-`import verl` do it there.
+`TaskRunner` Ray actor): creditgym's `verl.plugins` entry point
+(`integrations.verl_plugin`) makes `import verl` do it there, with no environment variable.
 """
 
 from __future__ import annotations

@@ -11,20 +11,26 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
 
 from agents import models
 from benchmarks import gpu_wheels
+from benchmarks.dependency_locks import pins
 from benchmarks.gpu_check import phase_split
 from benchmarks.gpu_wheels import check_requirements, closure, pack, unpack_bundle
 
 REPO = Path(__file__).resolve().parent.parent
 
 
-def test_the_check_installs_the_pins_except_torch_and_what_the_gpu_machine_keeps():
-    pins = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+def test_the_check_installs_the_locked_versions_except_torch_and_what_the_gpu_machine_keeps():
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    direct = [*project["dependencies"], *project["optional-dependencies"]["train"]]
+    locked = pins(REPO / "locks" / "main.txt")
     requirements = check_requirements()
-    assert set(requirements) <= set(pins) and all("==" in spec for spec in requirements)
     names = {spec.split("==")[0] for spec in requirements}
+    # Each one a direct dependency, at the version CI tests (the main lock).
+    assert names <= {Requirement(spec).name for spec in direct}
+    assert dict(spec.split("==") for spec in requirements) == {name: locked[name] for name in names}
     assert {"transformers", "peft", "tokenizers", "gymnasium", "tyro", "gguf"} <= names
     assert not names & {"torch", "alfworld", "textworld", "fast-downward-textworld", "ray"}
     assert gpu_wheels.SMOLLM2_PACKAGE == models.SMOLLM2_PACKAGE

@@ -24,7 +24,9 @@ from benchmarks.cli import USAGE_EXIT_CODE
 from credit.rule_based import RuleBased
 from integrations.trl_env import (
     EPISODE_OVER,
+    CreditgymRewardedEnv,
     environment_factory,
+    episode_return,
     episode_success,
     tool_calling_tokenizer,
 )
@@ -72,6 +74,60 @@ def test_env_steps_records_and_stops_at_the_end_of_the_episode() -> None:
     assert episode_success([env]) == [1.0]
     env.reset(seed=SOLVED_SEED)  # a pooled instance starts over
     assert env.trajectory.length == 0 and episode_success([env]) == [0.0]
+
+
+def test_rewarded_env_scores_its_rollout_through_trls_get_reward_hook() -> None:
+    for reward, reward_function in (("success", episode_success), ("return", episode_return)):
+        env = environment_factory(SYSDIAG, reward=reward)()
+        env.reset(seed=SOLVED_SEED)
+        assert [env.get_reward()] == reward_function([env]) == [0.0]  # nothing played yet
+        for command in EXPERT_COMMANDS:
+            env.act(command)
+        # The hook and the reward function read the same episode.
+        assert [env.get_reward()] == reward_function([env])
+    # The episode's summed reward: the success reward less the step penalties.
+    assert env.get_reward() == pytest.approx(sum(step.reward for step in env.trajectory.steps))
+    assert 0.0 < env.get_reward() < 1.0 and env.trajectory.success
+    plain = environment_factory(SYSDIAG)()
+    assert not hasattr(plain, "get_reward")  # TRL would add it to every run's reward_funcs
+    with pytest.raises(ValueError, match="valid: success, return"):
+        environment_factory(SYSDIAG, reward="sucess")
+
+
+def grpo_trainer(reward_funcs, factory) -> GRPOTrainer:
+    """A GRPOTrainer on `tiny` that is only built, not trained."""
+    loaded = build_tiny()
+    args = GRPOConfig(
+        output_dir=tempfile.mkdtemp(),
+        per_device_train_batch_size=2,
+        num_generations=2,
+        max_steps=1,
+        use_cpu=True,
+        bf16=False,
+        report_to=[],
+        save_strategy="no",
+    )
+    dataset = Dataset.from_dict(
+        {"prompt": [[{"role": "user", "content": "Fix the host."}]], "seed": [SOLVED_SEED]}
+    )
+    return GRPOTrainer(
+        model=loaded.model,
+        reward_funcs=reward_funcs,
+        args=args,
+        train_dataset=dataset,
+        processing_class=tool_calling_tokenizer(loaded.tokenizer),
+        environment_factory=factory,
+    )
+
+
+def test_grpo_trainer_takes_the_env_hook_as_its_only_reward_source(monkeypatch) -> None:
+    monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")
+    trainer = grpo_trainer([], environment_factory(SYSDIAG, reward="success"))
+    assert trainer.reward_func_names == [CreditgymRewardedEnv.__name__]
+    assert "get_reward" not in {tool.__name__ for tool in trainer.tools}  # not a tool
+    # Without the hook TRL has no reward source: the plain env leaves the reward to you.
+    with pytest.raises(ValueError, match="No reward source"):
+        grpo_trainer([], environment_factory(SYSDIAG))
 
 
 def forced_completion_bias(tokenizer, text: str) -> list[list]:

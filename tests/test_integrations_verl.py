@@ -9,6 +9,9 @@ creditgym module gives that step of the hand-written trajectory.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from dataclasses import replace
 
 import numpy as np
@@ -24,6 +27,7 @@ from credit.gigpo import GiGPO
 from credit.grpo import GRPO
 from credit.hp_rlvr import HPRLVR
 from credit.rule_based import RuleBased
+from integrations import verl_plugin
 from integrations.verl_credit import compute_advantage, trajectories_from_batch, turns_of
 
 TURN_TOKENS = 3  # policy tokens per turn
@@ -219,3 +223,55 @@ def test_step_level_estimator_without_turn_fields_says_what_it_needs() -> None:
             index=batch.non_tensor_batch["uid"],
             config=None,
         )
+
+
+CREDITGYM_ESTIMATORS = (
+    "creditgym_grpo",
+    "creditgym_gigpo",
+    "creditgym_rule_based",
+    "creditgym_hp_rlvr",
+    "creditgym_hcapo",
+)
+
+
+def test_import_verl_registers_every_creditgym_estimator_through_the_plugin_entry_point(
+    tmp_path,
+):
+    # A fresh interpreter outside the checkout, with no VERL_USE_* variable: only the
+    # installed `verl.plugins` entry point can bring creditgym's estimators in.
+    script = (
+        "import sys, verl\n"
+        "from verl.trainer.ppo.core_algos import get_adv_estimator_fn\n"
+        f"print([get_adv_estimator_fn(name) is not None for name in {CREDITGYM_ESTIMATORS}])\n"
+        "print('integrations.verl_plugin' in sys.modules)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("VERL_USE_")}
+    result = subprocess.run(
+        [sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.splitlines() == [str([True] * len(CREDITGYM_ESTIMATORS)), "True"]
+
+
+def test_the_plugin_reports_a_missing_verl_instead_of_failing_silently(tmp_path):
+    # creditgym installed without its verl extra: the estimators cannot be registered,
+    # and the plugin says so on stderr, naming the extra, without raising.
+    script = (
+        "import importlib.abc, sys\n"
+        "class NoVerl(importlib.abc.MetaPathFinder):\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] == 'verl':\n"
+        "            raise ImportError(f'No module named {name!r}')\n"
+        "sys.meta_path.insert(0, NoVerl())\n"
+        "from integrations import verl_plugin\n"
+        "print(verl_plugin.register_estimators())\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip() == str(list(verl_plugin.ESTIMATOR_MODULES))
+    warnings = [line for line in result.stderr.splitlines() if "PluginWarning" in line]
+    # Once when imported, once for the explicit call; each names the missing package.
+    assert len(warnings) == 2 * len(verl_plugin.ESTIMATOR_MODULES)
+    assert all("'verl" in line and "creditgym[verl]" in line for line in warnings)
