@@ -256,17 +256,22 @@ class RegisteredModel:
             imported on first load.
         local_tokenizer: the model reads `small`'s committed tokenizer, so a run records
             its fingerprint (`vocabulary`) and refuses to resume under another one.
+        full_finetune: small enough that `finetune="auto"` trains every weight instead of
+            a LoRA adapter (trainers/core.py).
     """
 
     loader: str
     local_tokenizer: bool = False
+    full_finetune: bool = False
 
 
 # Every named model, in one place; anything else is a Hugging Face id or a local folder.
 MODELS: dict[str, RegisteredModel] = {
-    "tiny": RegisteredModel("agents.models:_load_tiny"),
-    "small": RegisteredModel("agents.models:_load_small", local_tokenizer=True),
-    "small-warm": RegisteredModel("trainers.warm_start:load_small_warm", local_tokenizer=True),
+    "tiny": RegisteredModel("agents.models:_load_tiny", full_finetune=True),
+    "small": RegisteredModel("agents.models:_load_small", local_tokenizer=True, full_finetune=True),
+    "small-warm": RegisteredModel(
+        "trainers.warm_start:load_small_warm", local_tokenizer=True, full_finetune=True
+    ),
     "smollm2-135m": RegisteredModel("agents.models:_load_smollm2"),
 }
 

@@ -62,6 +62,10 @@ def test_every_named_model_is_registered_in_one_place_with_a_loader_that_imports
     # Only the models over the committed tokenizer record a vocabulary.
     assert vocabulary("small") == vocabulary("small-warm") is not None
     assert vocabulary("tiny") is None and vocabulary("some/hub-model") is None
+    # The trainers fine-tune every weight of the models registered small enough.
+    from trainers.core import FULL_FINETUNE_MODELS
+
+    assert {"tiny", "small", "small-warm"} == FULL_FINETUNE_MODELS
     assert len(SMOLLM2_WHEEL_SHA256) == 64
 
 

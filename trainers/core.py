@@ -31,7 +31,7 @@ from peft import LoraConfig, PeftModel, get_peft_model
 
 from agents.atomic import atomic_folder
 from agents.llm import LLMAgent, SamplingConfig
-from agents.models import LoadedModel
+from agents.models import MODELS, LoadedModel
 from agents.parsing import is_valid_action
 from agents.rollout import EnvWorkers, collect, resolve_env_workers
 from agents.trajectory import TokenBatch, Trajectory, return_channel
@@ -49,8 +49,9 @@ from trainers.curve import CurveLog, CurveSettings, evaluate_point
 # Worker processes of a rollout when `num_envs` is None and the env runs in workers (the
 # trainers' fixed default before in-process envs; each worker is a whole process).
 WORKER_ENVS = 8
-# Models small enough that `finetune="auto"` trains every weight instead of a LoRA adapter.
-FULL_FINETUNE_MODELS = frozenset({"tiny", "small", "small-warm"})
+# Models small enough that `finetune="auto"` trains every weight instead of a LoRA adapter
+# (`RegisteredModel.full_finetune`, declared with each model in agents/models.py).
+FULL_FINETUNE_MODELS = frozenset(name for name, model in MODELS.items() if model.full_finetune)
 
 # Trainer counters saved in checkpoints and restored on resume.
 COUNTERS = ("iteration", "optimizer_step", "zero_grad_records")
