@@ -227,6 +227,15 @@ def test_task_families_come_from_env_info() -> None:
     assert all(info.task_families is None for i, info in ENVS.items() if "SysDiag" not in i)
 
 
+def test_faults_are_checked_against_the_envs_declared_task_families(tmp_path, capsys) -> None:
+    base = ["--model", "random", "--credit", "none", "--out", str(tmp_path)]
+    assert run_main(["--env", "keydoor", "--faults", "memory_leak", *base]) == 2
+    assert "creditgym/KeyDoor-v0 has none" in capsys.readouterr().err
+    assert run_main(["--env", "sysdiag", "--faults", "memory_leek", *base]) == 2
+    assert "Did you mean memory_leak" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())  # refused before any work
+
+
 def _env_names() -> set[str]:
     return {name for info in ENVS.values() for name in (info.id, info.short_name)} | {
         info.id.split("/")[-1] for info in ENVS.values()
