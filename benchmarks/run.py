@@ -75,8 +75,9 @@ class RunConfig:
     """Train one configuration (env x credit x model) and evaluate it."""
 
     env: str = "sysdiag"
-    """Environment: a short name (sysdiag, alfworld, code, keydoor, umbrella) or a registered
-    id. SysDiag is the default: its episodes are fast enough for a CPU run."""
+    """Environment: a registered short name (`EnvInfo.short_name` in envs/__init__.py, e.g.
+    sysdiag, keydoor) or id. SysDiag is the default: its episodes are fast enough for a CPU
+    run."""
     credit: str = "grpo"
     """Credit module (grpo, gigpo, hcapo, hcapo_seed, hp_rlvr, rule_based, or
     package.module:Class); `none` evaluates the model or scripted agent without training."""
