@@ -172,6 +172,7 @@ def run_row(run: records.RunData) -> dict[str, Any]:
     success = np.array([r["rollout/success_rate"] for r in iterations.values()])
     zero_std = [r.get("credit/frac_reward_zero_std") for r in iterations.values()]
     row = {
+        "run": run.run_dir.name,
         "task": run.env,
         "env": env,
         "horizon": option(config, HORIZON_OPTIONS[env]) if env in HORIZON_OPTIONS else None,
@@ -181,6 +182,8 @@ def run_row(run: records.RunData) -> dict[str, Any]:
         "channel": config.get("reward_channel", DEFAULT_REWARD_CHANNEL),
         "oracle": is_oracle(credit.resolve(config["credit"])),
         "seed": run.seed,
+        "steps": int(config["steps"]),
+        "learning_rate": config.get("learning_rate"),
         "group_size": group,
         "final_success": float(np.mean([e.success for e in test])),
         "eval_episodes": len(test),
@@ -209,11 +212,30 @@ def runs_table(runs: Sequence[records.RunData]) -> pd.DataFrame:
     rows = [run_row(run) for run in runs if run.training is not None and run.curve]
     if not rows:
         raise UsageError("no finished training run with a learning curve there yet")
-    frame = pd.DataFrame(rows)
+    frame = name_budgets(pd.DataFrame(rows))
     twins = frame[frame.duplicated(["task", "method", "seed"], keep=False)]
     if not twins.empty:
         raise UsageError(f"two runs with the same task, method and seed: {twins.iloc[0].to_dict()}")
     return frame.sort_values(["env", "horizon", "task", "method", "seed"], na_position="first")
+
+
+def name_budgets(frame: pd.DataFrame) -> pd.DataFrame:
+    """Where one task's runs differ in iterations or learning rate (a calibration trying a
+    larger budget), each row's name carries its own: `grpo (60 iterations) on outcome`.
+    Rows of a task run at one budget keep their plain names."""
+    frame = frame.copy()
+    names = []
+    for row in frame.itertuples(index=False):
+        same_task = frame[frame.task == row.task]
+        budget = []
+        if same_task.steps.nunique() > 1:
+            budget.append(f"{row.steps} iterations")
+        if same_task.learning_rate.nunique(dropna=False) > 1:
+            budget.append(f"lr {row.learning_rate:g}")
+        name = row.form + (f" ({', '.join(budget)})" if budget else "")
+        names.append(name if row.channel == DEFAULT_REWARD_CHANNEL else f"{name} on {row.channel}")
+    frame["method"] = names
+    return frame
 
 
 def baselines(runs: Sequence[records.RunData]) -> dict[str, float]:
@@ -479,10 +501,11 @@ def curve_figure(runs: Sequence[records.RunData], frame: pd.DataFrame, x: str, p
     rows_n = math.ceil(len(tasks) / columns)
     figure, axes = plt.subplots(rows_n, columns, figsize=(5 * columns, 3.6 * rows_n), squeeze=False)
     curves: dict[tuple[str, str], list[list[records.CurvePoint]]] = {}
+    method_of = dict(zip(frame.run, frame.method, strict=True))
     for run in runs:
-        if run.training is None or not run.curve:
-            continue
-        curves.setdefault((run.env, method_name(run.config)), []).append(records.curve_points(run))
+        if run.run_dir.name in method_of:
+            key = (run.env, method_of[run.run_dir.name])
+            curves.setdefault(key, []).append(records.curve_points(run))
     for index, task in enumerate(tasks):
         axis = axes[index // columns][index % columns]
         for method in sorted(set(frame[frame.task == task].method)):
@@ -558,19 +581,21 @@ def provenance(source: Path, out: Path, config: Path | None, calibration: bool =
     return f"Built by `{command}` from the run folders of {origin}; do not edit by hand."
 
 
-def type_success(runs: Sequence[records.RunData]) -> pd.DataFrame:
+def type_success(runs: Sequence[records.RunData], frame: pd.DataFrame) -> pd.DataFrame:
     """Final success per task type (Umbrella's forecast, SysDiag's fault family): one line
-    per trained run and type; empty for envs whose episodes carry no type."""
+    per run of `frame` (its row names) and type; empty for envs whose episodes carry no
+    type."""
+    method_of = dict(zip(frame.run, frame.method, strict=True))
     lines = []
     for run in runs:
-        if run.training is None or not run.curve:
+        if run.run_dir.name not in method_of:
             continue
         test = [e for e in run.episodes if e.index < run.config["eval_episodes"] and e.task_type]
         for kind in sorted({e.task_type for e in test}):
             lines.append(
                 {
                     "task": run.env,
-                    "method": method_name(run.config),
+                    "method": method_of[run.run_dir.name],
                     "seed": run.seed,
                     "type": kind,
                     "success": float(np.mean([e.success for e in test if e.task_type == kind])),
@@ -609,8 +634,8 @@ def calibration_table(
     interval's high end is below it; else "below on the mean"."""
     lines = []
     cells = summary.set_index(["task", "method"])
-    oracle_rows = frame[frame.oracle][["task", "method", "channel"]].drop_duplicates()
-    for task, method, channel in oracle_rows.itertuples(index=False):
+    oracle_rows = frame[frame.oracle][["task", "method", "channel", "steps", "learning_rate"]]
+    for task, method, channel, steps, rate in oracle_rows.drop_duplicates().itertuples(index=False):
         mean = cells.loc[(task, method), "final_success_mean"]
         if mean.low >= CALIBRATION_BAR:
             verdict = "passes"
@@ -620,7 +645,15 @@ def calibration_table(
             verdict = "fails"
         else:
             verdict = "below on the mean"
-        grpo = BASELINE if channel == DEFAULT_REWARD_CHANNEL else f"{BASELINE} on {channel}"
+        # GRPO on the same task, channel and budget.
+        same = frame[
+            (frame.task == task)
+            & (frame.form == BASELINE)
+            & (frame.channel == channel)
+            & (frame.steps == steps)
+            & ((frame.learning_rate == rate) | (frame.learning_rate.isna() & pd.isna(rate)))
+        ]
+        grpo = same.method.iloc[0] if not same.empty else None
         types = by_type[(by_type.task == task) & (by_type.method == method)]
         lines.append(
             {
@@ -812,7 +845,7 @@ def build(args: StudyArgs) -> pd.DataFrame:
     summary = task_summary(frame, args.reps)
     header = provenance(args.runs, args.out, args.config, args.calibration)
     if args.calibration:
-        table = calibration_table(frame, summary, type_success(runs))
+        table = calibration_table(frame, summary, type_success(runs, frame))
         if table.empty:
             raise UsageError(f"no oracle run in {args.runs}: nothing to calibrate against")
         args.out.mkdir(parents=True, exist_ok=True)
@@ -826,7 +859,7 @@ def build(args: StudyArgs) -> pd.DataFrame:
     pairs = improvement_pairs(frame, "final_success", args.reps)
     trends = horizon_trends(frame)
     (args.out / "study.md").write_text(
-        markdown(frame, summary, pairs, trends, baselines(runs), header, type_success(runs)),
+        markdown(frame, summary, pairs, trends, baselines(runs), header, type_success(runs, frame)),
         encoding="utf-8",
     )
     horizon_figure(frame, summary, args.out / "credit_vs_horizon.png")

@@ -17,10 +17,13 @@ from benchmarks.stats import Interval
 ENV_ID = "creditgym/KeyDoor-v0"
 
 
-def write_run(root, name, seed, credit, curve, success, group_size=8, delay=4, typed=False):
+def write_run(
+    root, name, seed, credit, curve, success, group_size=8, delay=4, typed=False, steps=3
+):
     """A finished training run: 3 iterations of 32 rollouts (one optimiser step each, 10 s
     each), a curve point after each, `success` of 4 final evaluation episodes (with
-    `typed`, episodes alternate the task types rain and sunshine, rain first)."""
+    `typed`, episodes alternate the task types rain and sunshine, rain first); `steps` is
+    the configured budget its name may carry."""
     run_dir = root / name
     run_dir.mkdir(parents=True)
     config = {
@@ -28,6 +31,8 @@ def write_run(root, name, seed, credit, curve, success, group_size=8, delay=4, t
         "env_options": [f"delay={delay}", "variance=high"],
         "max_episode_steps": delay + 4,
         "seed": seed,
+        "steps": steps,
+        "learning_rate": 3e-3,
         "credit": credit,
         "trainer": "policy_gradient",
         "credit_convention": "creditgym",
@@ -314,3 +319,26 @@ def test_study_md_splits_final_success_by_task_type(tmp_path):
     assert "| method | rain | sunshine |" in text
     # Rain: 1/2 on both seeds; sunshine: 0/2 and 1/2.
     assert "| grpo | 50.0 | 25.0 |" in text
+
+
+def test_runs_of_one_task_at_two_budgets_are_named_apart_and_compared_within_one(tmp_path):
+    runs = tmp_path / "runs"
+    curve = [0.0, 0.5, 0.9, 1.0]
+    # The oracle at 3 and at 9 iterations, GRPO at 3 only; another task at one budget.
+    write_run(runs, "o3", 0, "oracle", curve, 2)
+    write_run(runs, "o9", 0, "oracle", curve, 4, steps=9)
+    write_run(runs, "g3", 0, "grpo", curve, 1)
+    write_run(runs, "g16", 0, "grpo", curve, 1, delay=16, steps=9)
+    frame = study.runs_table(records.load_runs(tmp_path / "runs"))
+    assert dict(zip(frame.run, frame.method, strict=True)) == {
+        "o3": "oracle (3 iterations)",
+        "o9": "oracle (9 iterations)",
+        "g3": "grpo (3 iterations)",
+        "g16": "grpo",
+    }
+    out = tmp_path / "report"
+    assert study.main(["--runs", str(runs), "--out", str(out), "--calibration"]) == 0
+    text = (out / "calibration.md").read_text()
+    # Each oracle row against the 80 % bar, GRPO beside it only at its own budget.
+    assert "| oracle (3 iterations) | 1 | 50.0 [50.0, 50.0] | fails | – | 1 | 25.0" in text
+    assert "| oracle (9 iterations) | 1 | 100.0 [100.0, 100.0] | passes | – | – | – |" in text
