@@ -1,8 +1,10 @@
 """Registry of credit modules: name -> class. Names are resolved only at the CLI edge.
 
-Third parties add a module with `register("name", MyModule)` or pass `module:Class`
-to `resolve`; either way the class follows the contract of `credit.base.CreditModule`
-(most simply by subclassing `CreditModuleBase`), and `build` makes the instance.
+`MODULES` lists every registered module as one `package.module:Class` line: adding a
+module to creditgym is its file plus its line there (docs/extending.md). Third parties
+add one with `register("name", MyModule)` or pass `module:Class` to `resolve`; either way
+the class follows the contract of `credit.base.CreditModule` (most simply by subclassing
+`CreditModuleBase`), and `build` makes the instance.
 """
 
 from __future__ import annotations
@@ -19,17 +21,37 @@ from credit.base import (
     build,
     missing_members,
 )
-from credit.gigpo import GiGPO
-from credit.grpo import GRPO
-from credit.hca import HCA
-from credit.hcapo import HCAPO, HCAPOSeed
-from credit.hp_rlvr import HPRLVR
-from credit.oracle import Oracle
-from credit.rule_based import RuleBased
 
-REGISTRY: dict[str, type] = {
-    cls.name: cls for cls in (GRPO, RuleBased, GiGPO, HCAPO, HCAPOSeed, HPRLVR, Oracle, HCA)
-}
+# One line per registered module, in the order `--help` and the registry list them.
+MODULES = (
+    "credit.grpo:GRPO",
+    "credit.rule_based:RuleBased",
+    "credit.gigpo:GiGPO",
+    "credit.hcapo:HCAPO",
+    "credit.hcapo:HCAPOSeed",
+    "credit.hp_rlvr:HPRLVR",
+    "credit.oracle:Oracle",
+    "credit.hca:HCA",
+)
+
+
+def import_class(path: str) -> type:
+    """The class at `package.module:Class`.
+
+    Raises:
+        KeyError: it cannot be imported, or is not a class.
+    """
+    module_name, _, class_name = path.partition(":")
+    try:
+        cls = getattr(importlib.import_module(module_name), class_name)
+    except (ImportError, AttributeError) as error:
+        raise KeyError(f"cannot import credit module {path!r}: {error}") from error
+    if not isinstance(cls, type):
+        raise KeyError(f"credit module {path!r} is not a class")
+    return cls
+
+
+REGISTRY: dict[str, type] = {cls.name: cls for cls in map(import_class, MODULES)}
 
 
 def register(name: str, cls: type) -> None:
@@ -44,13 +66,7 @@ def resolve(name: str) -> type:
         KeyError: unknown name; the message lists valid names and close matches.
     """
     if ":" in name:
-        module_name, _, class_name = name.partition(":")
-        try:
-            cls = getattr(importlib.import_module(module_name), class_name)
-        except (ImportError, AttributeError) as error:
-            raise KeyError(f"cannot import credit module {name!r}: {error}") from error
-        if not isinstance(cls, type):
-            raise KeyError(f"credit module {name!r} is not a class")
+        cls = import_class(name)
         missing = missing_members(cls)
         if missing:
             raise KeyError(

@@ -54,21 +54,13 @@ from typing import Literal
 
 import numpy as np
 
-from agents.generation_cache import DEFAULT_GENERATION_CACHE_BYTES
-from agents.models import LoadedModel
 from agents.trajectory import Trajectory
 from credit.base import CreditOutput, broadcast_to_tokens, verdict
 from credit.gigpo import discounted_returns
 from credit.grpo import ZERO_STD_TOL, group_members, group_normalised
-from credit.hindsight import (
-    HindsightBlock,
-    HindsightContent,
-    HindsightPosition,
-    HindsightScorer,
-    WordingName,
-)
-from credit.options import check_choices, doc, doc_of
-from credit.scoring import DEFAULT_MEMORY_BUDGET_BYTES, ScoreMemo, score_logprobs
+from credit.hindsight import BlockOptions, HindsightBlock, HindsightScorer
+from credit.options import doc, doc_of
+from credit.scoring import score_logprobs
 from credit.views import action_span_mask, causal_view
 
 Variant = Literal["paper", "seed"]
@@ -78,8 +70,9 @@ SEED_LOG_RATIO_CLAMP = 5.0
 
 
 @dataclass(frozen=True)
-class HCAPOOptions:
-    """The options of `HCAPO` (`credit.options`; the module docstring has the math)."""
+class HCAPOOptions(BlockOptions):
+    """The options of `HCAPO` (`credit.options`; the module docstring has the math), the
+    hindsight block's among them (`credit.hindsight.BlockOptions`)."""
 
     variant: Variant = field(
         default="paper",
@@ -121,20 +114,8 @@ class HCAPOOptions:
     do_no_harm: bool = field(
         default=True, metadata=doc("zero negative micro terms in successful trajectories")
     )
-    hindsight: HindsightContent = field(
-        default="final_action", metadata=doc("what the hindsight block shows (credit/hindsight.py)")
-    )
-    hindsight_position: HindsightPosition = field(
-        default="before_instruction", metadata=doc("where the block sits in the step's prompt")
-    )
-    wording: WordingName = field(
-        default="hcapo", metadata=doc("the block's verdict words (credit/hindsight.py)")
-    )
     future_steps: int = field(
         default=8, metadata=doc("steps of realised future in a `future` block, >= 0")
-    )
-    max_observation_chars: int = field(
-        default=400, metadata=doc("characters kept of each observation in the block, >= 0")
     )
     length_normalisation: LengthNormalisation = field(
         default="response",
@@ -149,7 +130,7 @@ class HCAPOOptions:
     )
 
     def __post_init__(self) -> None:
-        check_choices(self)
+        super().__post_init__()
         if self.temperature <= 0 or self.clip[0] > self.clip[1]:
             raise ValueError(
                 f"need temperature > 0 and clip low <= high, got {self.temperature}, {self.clip}"
@@ -158,11 +139,8 @@ class HCAPOOptions:
             raise ValueError(f"smoothing_alpha must be in [0, 1], got {self.smoothing_alpha}")
         if not 0.0 <= self.gamma <= 1.0:
             raise ValueError(f"gamma must be in [0, 1], got {self.gamma}")
-        if self.future_steps < 0 or self.max_observation_chars < 0:
-            raise ValueError(
-                "future_steps and max_observation_chars must be >= 0, got "
-                f"{self.future_steps}, {self.max_observation_chars}"
-            )
+        if self.future_steps < 0:
+            raise ValueError(f"future_steps must be >= 0, got {self.future_steps}")
         if self.causal_contrast and self.variant != "paper":
             raise ValueError(
                 "causal_contrast applies to the paper variant (the seed's ratio is one already)"
@@ -408,18 +386,7 @@ def hcapo_advantages(
 class HCAPO(HindsightScorer):
     """Hindsight credit (HCAPO, arXiv 2603.08754); see the module docstring for the math.
 
-    Args:
-        model: the policy that generated the trajectories (`LoadedModel`).
-        options: `HCAPOOptions` (None: the class's defaults, `Options()`).
-        history_len: steps of history in rebuilt prompts (2, as the rollout prompts).
-        memory_budget_bytes: scoring chunk budget (`credit.scoring`).
-        generation_cache_bytes: budget of `generation_cache` (`agents.generation_cache`),
-            which a trainer hands to its rollout agent: prompts' keys and values and
-            responses' hidden states kept from generation, so scoring runs only what
-            generation did not; 0 disables it (scoring recomputes everything).
-        score_memo: scores kept across calls (`credit.scoring.ScoreMemo`), shared by
-            modules that score the same views with the same weights (an ablation over
-            options that only post-process the scores); None keeps nothing.
+    Arguments as `credit.hindsight.HindsightScorer`, options `HCAPOOptions`.
 
     Metrics: `frac_reward_zero_std`, `mean_rho`, `frac_rho_clipped`, `num_hindsight_steps`.
     """
@@ -430,24 +397,6 @@ class HCAPO(HindsightScorer):
     reads = frozenset({"return", "step_rewards", "observations", "actions", "feedback"})
     Options: type[HCAPOOptions] = HCAPOOptions
     options: HCAPOOptions
-
-    def __init__(
-        self,
-        model: LoadedModel,
-        options: HCAPOOptions | None = None,
-        history_len: int = 2,
-        memory_budget_bytes: int = DEFAULT_MEMORY_BUDGET_BYTES,
-        generation_cache_bytes: int = DEFAULT_GENERATION_CACHE_BYTES,
-        score_memo: ScoreMemo | None = None,
-    ) -> None:
-        self.options = self.Options() if options is None else options
-        self._init_scorer(
-            model,
-            self.options.block(history_len),
-            memory_budget_bytes,
-            generation_cache_bytes,
-            score_memo,
-        )
 
     def view_logprobs(
         self, steps: Sequence[tuple[Trajectory, int]], causal: bool

@@ -40,17 +40,18 @@ they score, and the scoring engine's caches.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar, get_args
 
 from transformers import PreTrainedTokenizerBase
 
-from agents.generation_cache import GenerationCache
+from agents.generation_cache import DEFAULT_GENERATION_CACHE_BYTES, GenerationCache
 from agents.models import LoadedModel
 from agents.prompts import HINDSIGHT_POSITIONS
 from agents.trajectory import Trajectory
 from credit.base import CreditContext, CreditModuleBase, options_of, verdict
-from credit.scoring import ScoreMemo
+from credit.options import check_choices, doc
+from credit.scoring import DEFAULT_MEMORY_BUDGET_BYTES, ScoreMemo
 from credit.views import TeacherForced, hindsight_view
 
 HindsightContent = Literal["outcome", "feedback", "final_action", "final", "future"]
@@ -161,12 +162,53 @@ class HindsightBlock:
         )
 
 
+@dataclass(frozen=True)
+class BlockOptions:
+    """The hindsight block's options that HCAPO and HP-RLVR share (`credit.options`): the
+    base of `credit.hcapo.HCAPOOptions` and `credit.hp_rlvr.HPRLVROptions`, each of which
+    adds its future-steps option and its `block(history_len)`; HP-RLVR redeclares the
+    defaults of `hindsight` and `wording` (`credit.options.doc_of`)."""
+
+    hindsight: HindsightContent = field(
+        default="final_action", metadata=doc("what the hindsight block shows (credit/hindsight.py)")
+    )
+    hindsight_position: HindsightPosition = field(
+        default="before_instruction", metadata=doc("where the block sits in the step's prompt")
+    )
+    wording: WordingName = field(
+        default="hcapo", metadata=doc("the block's verdict words (credit/hindsight.py)")
+    )
+    max_observation_chars: int = field(
+        default=400, metadata=doc("characters kept of each observation in the block, >= 0")
+    )
+
+    def __post_init__(self) -> None:
+        check_choices(self)  # every `Literal` field, the subclass's too
+        if self.max_observation_chars < 0:
+            raise ValueError(
+                f"max_observation_chars must be >= 0, got {self.max_observation_chars}"
+            )
+
+    def block(self, history_len: int = 2) -> HindsightBlock:
+        """The hindsight prompt these options choose, with `history_len` history steps."""
+        raise NotImplementedError  # each module's options say how many future steps
+
+
 class HindsightScorer(CreditModuleBase):
     """Base of the modules that re-score the policy's own actions under a hindsight prompt.
 
-    A subclass's `__init__` takes the policy first, its options by name, then
-    `history_len`, `memory_budget_bytes`, `generation_cache_bytes` and `score_memo`, and
-    calls `_init_scorer`; `from_context` builds it from a `CreditContext`.
+    Args:
+        model: the policy that generated the trajectories (`LoadedModel`).
+        options: the module's `Options` (a `BlockOptions`); None: the class's defaults.
+        history_len: steps of history in rebuilt prompts (2, as the rollout prompts).
+        memory_budget_bytes: scoring chunk budget (`credit.scoring`).
+        generation_cache_bytes: budget of `generation_cache` (`agents.generation_cache`),
+            which a trainer hands to its rollout agent: prompts' keys and values and
+            responses' hidden states kept from generation, so scoring runs only what
+            generation did not; 0 disables it (scoring recomputes everything).
+        score_memo: scores kept across calls (`credit.scoring.ScoreMemo`), shared by
+            modules that score the same views with the same weights (an ablation over
+            options that only post-process the scores); None keeps nothing.
     """
 
     needs_policy = True
@@ -177,17 +219,19 @@ class HindsightScorer(CreditModuleBase):
     generation_cache: GenerationCache | None
     score_memo: ScoreMemo | None
 
-    def _init_scorer(
+    def __init__(
         self,
         model: LoadedModel,
-        block: HindsightBlock,
-        memory_budget_bytes: int,
-        generation_cache_bytes: int,
-        score_memo: ScoreMemo | None,
+        options: BlockOptions | None = None,
+        history_len: int = 2,
+        memory_budget_bytes: int = DEFAULT_MEMORY_BUDGET_BYTES,
+        generation_cache_bytes: int = DEFAULT_GENERATION_CACHE_BYTES,
+        score_memo: ScoreMemo | None = None,
     ) -> None:
+        self.options = self.Options() if options is None else options
         self.model = model
-        self.block = block
-        self.history_len = block.history_len
+        self.block = self.options.block(history_len)
+        self.history_len = history_len
         self.memory_budget_bytes = memory_budget_bytes
         self.generation_cache = (
             GenerationCache(model.model, generation_cache_bytes) if generation_cache_bytes else None

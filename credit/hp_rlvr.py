@@ -50,19 +50,17 @@ from typing import Any, Literal
 
 import numpy as np
 
-from agents.generation_cache import DEFAULT_GENERATION_CACHE_BYTES
-from agents.models import LoadedModel
 from agents.trajectory import Trajectory
 from credit.base import CreditOutput
 from credit.hindsight import (
+    BlockOptions,
     HindsightBlock,
     HindsightContent,
-    HindsightPosition,
     HindsightScorer,
     WordingName,
 )
-from credit.options import check_choices, doc
-from credit.scoring import DEFAULT_MEMORY_BUDGET_BYTES, ScoreMemo, score_divergence
+from credit.options import doc, doc_of
+from credit.scoring import score_divergence
 from credit.views import action_span_mask, causal_view
 
 # Below this mean divergence the two views are treated as identical (float32 noise).
@@ -71,8 +69,15 @@ EligibleTokens = Literal["response", "action"]
 
 
 @dataclass(frozen=True)
-class HPRLVROptions:
-    """The options of `HPRLVR` (`credit.options`; the module docstring has the math)."""
+class HPRLVROptions(BlockOptions):
+    """The options of `HPRLVR` (`credit.options`; the module docstring has the math), the
+    hindsight block's among them (`credit.hindsight.BlockOptions`, with HP-RLVR's block
+    and words as defaults)."""
+
+    hindsight: HindsightContent = field(
+        default="future", metadata=doc_of(BlockOptions, "hindsight")
+    )
+    wording: WordingName = field(default="hp_rlvr", metadata=doc_of(BlockOptions, "wording"))
 
     baseline_momentum: float = field(
         default=0.9,
@@ -89,18 +94,6 @@ class HPRLVROptions:
     max_future_steps: int = field(
         default=8, metadata=doc("future steps shown in a `future` block, >= 0")
     )
-    max_observation_chars: int = field(
-        default=400, metadata=doc("characters kept of each observation in the block, >= 0")
-    )
-    hindsight: HindsightContent = field(
-        default="future", metadata=doc("what the hindsight block shows (credit/hindsight.py)")
-    )
-    hindsight_position: HindsightPosition = field(
-        default="before_instruction", metadata=doc("where the block sits in the step's prompt")
-    )
-    wording: WordingName = field(
-        default="hp_rlvr", metadata=doc("the block's verdict words (credit/hindsight.py)")
-    )
     eligible_tokens: EligibleTokens = field(
         default="response",
         metadata=doc(
@@ -110,16 +103,13 @@ class HPRLVROptions:
     )
 
     def __post_init__(self) -> None:
-        check_choices(self)
+        super().__post_init__()
         if not 0.0 <= self.baseline_momentum < 1.0:
             raise ValueError(f"baseline_momentum must be in [0, 1), got {self.baseline_momentum}")
         if self.max_weight <= 0:
             raise ValueError(f"max_weight must be positive, got {self.max_weight}")
-        if self.max_future_steps < 0 or self.max_observation_chars < 0:
-            raise ValueError(
-                "max_future_steps and max_observation_chars must be >= 0, got "
-                f"{self.max_future_steps}, {self.max_observation_chars}"
-            )
+        if self.max_future_steps < 0:
+            raise ValueError(f"max_future_steps must be >= 0, got {self.max_future_steps}")
 
     def block(self, history_len: int = 2) -> HindsightBlock:
         """The hindsight prompt these options choose, with `history_len` history steps."""
@@ -231,17 +221,8 @@ def updated_baselines(
 class HPRLVR(HindsightScorer):
     """Hindsight-privileged single-rollout token credit; see the module docstring.
 
-    Args:
-        model: the policy snapshot that generated the trajectories (`LoadedModel`).
-        options: `HPRLVROptions` (None: the defaults).
-        history_len: steps of history in rebuilt prompts (2).
-        memory_budget_bytes: scoring chunk budget (`credit.scoring`).
-        generation_cache_bytes: budget of `generation_cache` (`agents.generation_cache`),
-            which a trainer hands to its rollout agent: prompts' keys and values and
-            responses' hidden states kept from generation, so scoring runs only what
-            generation did not; 0 disables it (scoring recomputes everything).
-        score_memo: scores kept across calls (`credit.scoring.ScoreMemo`); None keeps
-            nothing.
+    Arguments as `credit.hindsight.HindsightScorer` (the model: the policy snapshot that
+    generated the trajectories), options `HPRLVROptions`.
 
     Metrics: `mean_jsd`, `mean_baseline`, `mean_abs_advantage`, `frac_zero_weight_trajs`.
     """
@@ -252,23 +233,9 @@ class HPRLVR(HindsightScorer):
     Options = HPRLVROptions
     options: HPRLVROptions
 
-    def __init__(
-        self,
-        model: LoadedModel,
-        options: HPRLVROptions | None = None,
-        history_len: int = 2,
-        memory_budget_bytes: int = DEFAULT_MEMORY_BUDGET_BYTES,
-        generation_cache_bytes: int = DEFAULT_GENERATION_CACHE_BYTES,
-        score_memo: ScoreMemo | None = None,
-    ) -> None:
-        self.options = HPRLVROptions() if options is None else options
-        self._init_scorer(
-            model,
-            self.options.block(history_len),
-            memory_budget_bytes,
-            generation_cache_bytes,
-            score_memo,
-        )
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        """As `credit.hindsight.HindsightScorer`; the baselines start at `initial_baseline`."""
+        super().__init__(*args, **kwargs)
         self.global_baseline = float(self.options.initial_baseline)
         self.task_baselines: dict[str, float] = {}
 

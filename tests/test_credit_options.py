@@ -4,18 +4,20 @@ run identity and the module all read the module's `Options` dataclass.
 Checked here: every option of every registered module reaches the module built by
 `benchmarks.run` from the command line and appears once in `--help`; one value is one run
 whatever its spelling, and an option at its default is the run without it; the committed
-run folders keep their names; a model-free module with options defined in one file of its
-own (`Discounted` below, named by path) needs nothing else to be run.
+run folders keep their names; docs/extending.md's model-free module with options, one file
+and one registry line, needs nothing else to be run.
 """
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import json
 import math
+import re
+import sys
+import types
 import typing
-from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +26,6 @@ import pytest
 import credit
 from agents.models import build_tiny
 from agents.prompts import HINDSIGHT_POSITIONS
-from agents.trajectory import Trajectory
 from benchmarks.cli import UsageError
 from benchmarks.run import (
     RunConfig,
@@ -36,20 +37,11 @@ from benchmarks.run import (
     run_name,
     training_credit,
 )
-from credit.base import CreditModuleBase, CreditOutput, broadcast_to_tokens
 from credit.exact_hindsight import OUTCOMES
-from credit.gigpo import discounted_returns
 from credit.hca import Outcome
 from credit.hindsight import WORDINGS, HindsightPosition, WordingName
-from credit.options import (
-    canonical_texts,
-    doc,
-    field_types,
-    format_value,
-    options_help,
-    parse_options,
-    parse_value,
-)
+from credit.options import field_types, format_value, options_help, parse_value
+from tests.credit_cases import scripted_trajectory
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -158,7 +150,7 @@ def test_the_four_spellings_of_one_value_are_one_run_and_a_spelled_default_is_no
 def test_bad_options_are_one_usage_line_naming_the_module():
     base = RunConfig(env="keydoor", credit="hcapo", model="tiny")
     for bad, message in (
-        (("temp=1",), r"--credit-options of hcapo: no option 'temp'; valid: variant, "),
+        (("temp=1",), r"--credit-options of hcapo: no option 'temp'; valid: .*temperature"),
         (("gamma=2",), r"gamma must be in \[0, 1\]"),
         (("do_no_harm=maybe",), "expected true or false"),
         (("gamma=1", "gamma=0.5"), "given twice"),
@@ -234,47 +226,58 @@ def test_every_committed_run_folder_keeps_its_name():
     assert renamed == []
 
 
-# --- a model-free module with options: one file, nothing else (docs/extending.md) -----------
+# --- docs/extending.md's credit module: one file and one registry line, nothing else -----
+
+EXTENDING = REPO / "docs" / "extending.md"
 
 
-@dataclass(frozen=True)
-class DiscountedOptions:
-    """The options of `Discounted`."""
-
-    gamma: float = field(default=0.9, metadata=doc("discount of the return-to-go, in [0, 1]"))
-
-    def __post_init__(self) -> None:
-        if not 0.0 <= self.gamma <= 1.0:
-            raise ValueError(f"gamma must be in [0, 1], got {self.gamma}")
-
-
-class Discounted(CreditModuleBase):
-    """Step credit G_t = sum_k gamma^k r_{t+k}, the discounted return-to-go (REINFORCE)."""
-
-    name = "discounted"
-    reads = frozenset({"step_rewards"})
-    Options = DiscountedOptions
-
-    def __init__(self, options: DiscountedOptions | None = None) -> None:
-        self.options = DiscountedOptions() if options is None else options
-
-    def compute(self, trajectories: Sequence[Trajectory]) -> CreditOutput:
-        steps = [
-            discounted_returns([s.reward for s in t.steps], self.options.gamma).astype(np.float32)
-            for t in trajectories
-        ]
-        return CreditOutput(steps, broadcast_to_tokens(trajectories, steps))
+def recipe() -> tuple[str, str]:
+    """The recipe's module code and its `MODULES` line."""
+    text = EXTENDING.read_text(encoding="utf-8")
+    match = re.search(r"^## Adding a credit module\n(.*?)(?=^## |\Z)", text, re.S | re.M)
+    assert match is not None, "docs/extending.md has no '## Adding a credit module' section"
+    blocks = re.findall(r"```python\n(.*?)```", match.group(1), re.S)
+    assert len(blocks) == 2, "expected the module and its registry line as two python blocks"
+    module_code, line = blocks
+    return module_code, ast.literal_eval(line.strip().removesuffix(","))
 
 
-def test_a_module_in_one_file_takes_its_options_from_the_command_line(tmp_path):
-    path = "tests.test_credit_options:Discounted"
-    argv = ["--credit", path, "--env", "keydoor", "--model", "tiny", "--out", str(tmp_path)]
+@pytest.fixture
+def recipe_module(monkeypatch):
+    """The recipe's module as its file would be, registered by its line as `MODULES` is."""
+    module_code, entry = recipe()
+    module_path = entry.partition(":")[0]
+    assert module_path.startswith("credit.") and module_path not in sys.modules
+    module = types.ModuleType(module_path)
+    monkeypatch.setitem(sys.modules, module_path, module)
+    exec(compile(module_code, f"docs:{module_path}", "exec"), module.__dict__)
+    cls = credit.import_class(entry)
+    monkeypatch.setitem(credit.REGISTRY, cls.name, cls)
+    return cls
+
+
+def test_the_recipe_module_takes_its_options_from_the_command_line(recipe_module, tmp_path):
+    argv = ["--credit", "discounted", "--env", "keydoor", "--model", "tiny", "--out", str(tmp_path)]
     cfg = parse_config([*argv, "--credit-options", "gamma=0.5"])
     module = training_credit(cfg, env_id_for(cfg.env), None)
-    assert module.options == DiscountedOptions(0.5)
+    assert module.options == recipe_module.Options(0.5)
     assert run_identity(cfg)["credit_options"] == ["gamma=0.5"]
     at_default = dataclasses.replace(cfg, credit_options=("gamma=0.90",))
     assert run_name(at_default) == run_name(dataclasses.replace(cfg, credit_options=()))
-    assert parse_options(DiscountedOptions, [("gamma", "1")]) == DiscountedOptions(1.0)
-    assert canonical_texts(DiscountedOptions(1.0)) == ("gamma=1",)
-    assert "discounted:\n  gamma=0.9 (float): discount" in options_help({"discounted": Discounted})
+    with pytest.raises(UsageError, match=r"gamma must be in \[0, 1\]"):
+        credit_options_of(dataclasses.replace(cfg, credit_options=("gamma=2",)))
+    output = module([scripted_trajectory("g", [0.0, 1.0], True)])
+    np.testing.assert_allclose(output.step_advantages[0], [0.5, 1.0])
+    assert "discounted:\n  gamma=0.9 (float): discount" in options_help(credit.REGISTRY)
+
+
+@pytest.mark.slow
+def test_the_recipe_module_trains_through_the_command_line(recipe_module, tmp_path):
+    argv = ["--credit", "discounted", "--credit-options", "gamma=0.50", "--env", "keydoor"]
+    sizes = ["--steps", "1", "--tasks-per-step", "1", "--group-size", "2", "--eval-episodes", "1"]
+    rest = ["--model", "tiny", "--sample-group-size", "0", "--out", str(tmp_path)]
+    assert main([*argv, *sizes, *rest]) == 0
+    (run_dir,) = tmp_path.iterdir()
+    config = json.loads((run_dir / "config.json").read_text())
+    assert config["credit_options"] == ["gamma=0.5"]
+    assert config["identity"]["credit_options"] == ["gamma=0.5"]
