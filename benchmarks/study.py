@@ -631,17 +631,19 @@ def calibration_table(
 
     Verdict: "passes" when the interval's low end is at or above the bar; "passes on the
     mean" when only the mean is (few seeds: the interval reaches below); "fails" when the
-    interval's high end is below it; else "below on the mean"."""
+    interval's high end is below it; else "below on the mean". One seed has no interval:
+    its verdict is the mean's."""
     lines = []
     cells = summary.set_index(["task", "method"])
     oracle_rows = frame[frame.oracle][["task", "method", "channel", "steps", "learning_rate"]]
     for task, method, channel, steps, rate in oracle_rows.drop_duplicates().itertuples(index=False):
         mean = cells.loc[(task, method), "final_success_mean"]
-        if mean.low >= CALIBRATION_BAR:
+        seeds = int(cells.loc[(task, method), "seeds"])
+        if seeds > 1 and mean.low >= CALIBRATION_BAR:
             verdict = "passes"
         elif mean.value >= CALIBRATION_BAR:
             verdict = "passes on the mean"
-        elif mean.high < CALIBRATION_BAR:
+        elif seeds > 1 and mean.high < CALIBRATION_BAR:
             verdict = "fails"
         else:
             verdict = "below on the mean"
@@ -659,7 +661,7 @@ def calibration_table(
             {
                 "task": task,
                 "method": method,
-                "seeds": int(cells.loc[(task, method), "seeds"]),
+                "seeds": seeds,
                 "final_success": mean,
                 "verdict": verdict,
                 "by_type": types.groupby("type").success.mean().to_dict(),
@@ -672,6 +674,11 @@ def calibration_table(
             }
         )
     return pd.DataFrame(lines)
+
+
+def _score(mean: stats.Interval, seeds: int) -> str:
+    """A mean success in percent with its interval; one seed has none."""
+    return mean.text(100) if seeds > 1 else f"{100 * mean.value:.1f} (one seed)"
 
 
 def calibration_markdown(table: pd.DataFrame, header: str) -> str:
@@ -698,9 +705,10 @@ def calibration_markdown(table: pd.DataFrame, header: str) -> str:
     ]
     for row in table.itertuples(index=False):
         types = " / ".join(f"{kind} {100 * value:.0f}" for kind, value in row.by_type.items())
-        baseline = row.baseline.text(100) if row.baseline is not None else "–"
+        baseline = _score(row.baseline, row.baseline_seeds) if row.baseline is not None else "–"
         lines.append(
-            f"| {row.task} | {row.method} | {row.seeds} | {row.final_success.text(100)} | "
+            f"| {row.task} | {row.method} | {row.seeds} | "
+            f"{_score(row.final_success, row.seeds)} | "
             f"{row.verdict} | {types or '–'} | {row.baseline_seeds or '–'} | {baseline} |"
         )
     lines.append("")
