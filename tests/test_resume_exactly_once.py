@@ -38,7 +38,7 @@ from safetensors.torch import load_file
 from benchmarks import records
 from benchmarks import run as run_module
 
-ITERATIONS = 2
+ITERATIONS = 3
 EVAL_EPISODES = 16  # two evaluation batches of 8
 ARGV = [
     "--env", "keydoor", "--model", "small", "--credit", "hp_rlvr",
@@ -191,7 +191,7 @@ def kill_plan() -> list[Target]:
         Target(
             phase,
             ITERATIONS + 1 if phase == "evaluation" else rng.randint(1, ITERATIONS),
-            rng.uniform(0.05, 0.6),
+            rng.uniform(0.05, 0.5),
             writing=phase == "evaluation" and k % 2 == 1,
         )
         for phase in PHASES

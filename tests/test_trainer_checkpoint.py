@@ -70,3 +70,16 @@ def test_metrics_log_drops_records_after_the_resume_step(tmp_path):
     lines = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [(r["step"], r["losses/policy"]) for r in lines] == [(1, 0.5), (2, 1.0), (3, 9.0)]
     assert any((tmp_path / "tensorboard").iterdir())
+
+
+def test_a_staging_folder_left_by_a_killed_save_is_removed_by_the_next_save(tmp_path):
+    root = tmp_path / "checkpoints"
+    left = root / ".step_000003.partial_killed"  # what a kill during torch.save leaves
+    left.mkdir(parents=True)
+    (left / "state.pt").write_bytes(b"half a checkpoint")
+    other = root / ".step_000004.partial_killed"  # another checkpoint's: not this save's
+    other.mkdir()
+    saved = save_checkpoint(tmp_path, 3, {"step": 3})
+    assert not left.exists() and other.exists()
+    assert load_checkpoint(saved)["step"] == 3
+    assert oct(saved.stat().st_mode & 0o777) == oct(0o755)  # readable like every output
