@@ -575,7 +575,9 @@ def run(args: DecompositionArgs, argv: Sequence[str]) -> Path:
     except OSError as error:
         raise UsageError(f"--out {args.out} cannot be written: {error}") from error
     path = args.out / CELLS_FILE
-    command = "python -m benchmarks.decomposition " + shlex.join(argv)
+    command = " ".join(
+        ["python -m benchmarks.decomposition", *([shlex.join(argv)] if argv else [])]
+    )
     with lock.hold(lock.output_lock(args.out / STEM), str(path)):
         if args.fresh and path.exists():
             path.unlink()
