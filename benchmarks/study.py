@@ -697,7 +697,7 @@ def calibration_markdown(table: pd.DataFrame, header: str) -> str:
         f'{bar} %, "passes on the mean" when only the mean is, "fails" when the '
         'interval\'s high end is below it, else "below on the mean". By type: final success '
         "per task type "
-        "(Umbrella's forecast), mean over seeds. GRPO: the same setting and channel.",
+        "(Umbrella's forecast), mean over seeds. GRPO: the same setting, channel and budget.",
         "",
         f"| setting | oracle row | seeds | final success % (mean [95 % CI]) | ≥ {bar} %? | "
         "by type % | grpo seeds | grpo final success % |",
