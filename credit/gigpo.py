@@ -26,16 +26,9 @@ import numpy as np
 import torch
 
 from agents.trajectory import Trajectory
-from credit.base import (
-    CreditContext,
-    CreditModuleBase,
-    CreditOutput,
-    broadcast_to_tokens,
-    options_of,
-)
+from credit.base import CreditOutput, broadcast_to_tokens
 from credit.grpo import (
-    Convention,
-    convention_named,
+    ConventionModule,
     episode_returns,
     group_members,
     group_normalised,
@@ -91,10 +84,10 @@ class GiGPOOptions:
             raise ValueError(f"gamma must be in [0, 1], got {self.gamma}")
 
 
-class GiGPO(CreditModuleBase):
+class GiGPO(ConventionModule):
     """Episode + anchor-state step credit.
 
-    Args:
+    Arguments as `credit.grpo.ConventionModule`:
         options: `GiGPOOptions`: gamma, the discount of the step return (0.95, GiGPO's
             ALFWorld config); omega, the weight of the step term (1.0, the paper);
             normalise_by_std, F = std ("with std") or F = 1 ("without std") in both terms.
@@ -116,21 +109,7 @@ class GiGPO(CreditModuleBase):
     reads = frozenset({"return", "step_rewards", "observations"})
     conventions = ("creditgym", "verl-agent")
     Options = GiGPOOptions
-
-    def __init__(
-        self, options: GiGPOOptions | None = None, convention: str | Convention = "creditgym"
-    ) -> None:
-        self.options = GiGPOOptions() if options is None else options
-        self.convention = (
-            convention
-            if isinstance(convention, Convention)
-            else convention_named(convention, self.conventions)
-        )
-
-    @classmethod
-    def from_context(cls, context: CreditContext) -> GiGPO:
-        """GiGPO with the run's options, in the convention the run names."""
-        return cls(options_of(cls, context), context.convention)
+    options: GiGPOOptions
 
     def compute(self, trajectories: Sequence[Trajectory]) -> CreditOutput:
         convention, options = self.convention, self.options

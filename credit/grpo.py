@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -245,14 +245,37 @@ class GRPOOptions:
             )
 
 
-class GRPO(CreditModuleBase):
-    """Trajectory-level GRPO credit; every action token of trajectory i gets A_i.
+class ConventionModule(CreditModuleBase):
+    """Base of the modules whose group statistics follow a `Convention` (GRPO, GiGPO).
 
     Args:
-        options: `GRPOOptions` (`scale_rewards`: "group", the default, the GRPO paper and
-            verl-agent; "batch"; "none" -- see `group_normalised`).
-        convention: how the group statistics are computed: a name of `CONVENTIONS`
-            (creditgym, the default; trl; verl; verl-agent) or a `Convention`.
+        options: the module's `Options`; None: its defaults.
+        convention: how the group statistics are computed: a name of `CONVENTIONS` the
+            module offers (its `conventions`; creditgym, the default) or a `Convention`.
+    Raises:
+        ValueError: a convention name the module does not offer.
+    """
+
+    def __init__(self, options: Any = None, convention: str | Convention = "creditgym") -> None:
+        self.options = self.Options() if options is None else options
+        self.convention = (
+            convention
+            if isinstance(convention, Convention)
+            else convention_named(convention, self.conventions)
+        )
+
+    @classmethod
+    def from_context(cls, context: CreditContext) -> ConventionModule:
+        """The module with the run's options, in the convention the run names."""
+        return cls(options_of(cls, context), context.convention)
+
+
+class GRPO(ConventionModule):
+    """Trajectory-level GRPO credit; every action token of trajectory i gets A_i.
+
+    Arguments as `ConventionModule`: options `GRPOOptions` (`scale_rewards`: "group", the
+    default, the GRPO paper and verl-agent; "batch"; "none" -- see `group_normalised`);
+    conventions creditgym, trl, verl, verl-agent.
 
     Metrics: `frac_reward_zero_std` (creditgym: the fraction of groups with >= 2 rollouts
     whose rewards are all equal, whose gradient vanishes; see `Convention.zero_std_count`),
@@ -263,21 +286,7 @@ class GRPO(CreditModuleBase):
     reads = frozenset({"return"})
     conventions = ("creditgym", "trl", "verl", "verl-agent")
     Options = GRPOOptions
-
-    def __init__(
-        self, options: GRPOOptions | None = None, convention: str | Convention = "creditgym"
-    ) -> None:
-        self.options = GRPOOptions() if options is None else options
-        self.convention = (
-            convention
-            if isinstance(convention, Convention)
-            else convention_named(convention, self.conventions)
-        )
-
-    @classmethod
-    def from_context(cls, context: CreditContext) -> GRPO:
-        """GRPO with the run's options, in the convention the run names."""
-        return cls(options_of(cls, context), context.convention)
+    options: GRPOOptions
 
     def compute(self, trajectories: Sequence[Trajectory]) -> CreditOutput:
         groups = group_members(trajectories)
