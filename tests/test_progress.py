@@ -95,6 +95,7 @@ def test_a_short_scoring_call_prints_no_bar(capsys):
 def test_a_live_bar_redraws_its_elapsed_time_while_the_count_stands_still(monkeypatch, capsys):
     monkeypatch.setattr(progress, "PROGRESS_INTERVAL_S", 0.05)
     with LiveBar(total=2, desc="phase", unit="step", leave=False):
-        time.sleep(0.5)  # one long call: no update
+        time.sleep(1.0)  # one long call: no update
     drawn = [part for part in capsys.readouterr().err.split("\r") if part.startswith("phase")]
-    assert len(drawn) >= 5  # the ticker's redraws, about every 0.05 s
+    # The ticker's redraws, every 0.05 s (about 20; a loaded machine delays some).
+    assert len(drawn) >= 4
