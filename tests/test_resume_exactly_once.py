@@ -327,7 +327,7 @@ def comparable(path: Path, drop: tuple[str, ...]) -> list[dict]:
     ]
 
 
-@pytest.mark.slow  # about 2-3 minutes on a shared 2-core CPU: 22 runs of a small model
+@pytest.mark.slow  # 22 runs of a small model: 3 to 6 min on the 2-core CPU shared with other jobs
 def test_sigkill_at_20_moments_then_resume_equals_the_uninterrupted_run(tmp_path):
     torch.set_num_threads(1)
     clean = start(tmp_path / "clean")
