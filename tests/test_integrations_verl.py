@@ -234,6 +234,7 @@ CREDITGYM_ESTIMATORS = (
 )
 
 
+@pytest.mark.slow  # a fresh interpreter importing verl, torch and transformers: ~30 s
 def test_import_verl_registers_every_creditgym_estimator_through_the_plugin_entry_point(
     tmp_path,
 ):
