@@ -33,6 +33,7 @@ from agents.atomic import atomic_folder
 from agents.llm import LLMAgent, SamplingConfig
 from agents.models import MODELS, LoadedModel
 from agents.parsing import is_valid_action
+from agents.progress import SHOW_AFTER_S, LiveBar
 from agents.rollout import EnvWorkers, collect, resolve_env_workers
 from agents.trajectory import TokenBatch, Trajectory, return_channel
 from credit.base import CreditModule, CreditOutput, NonFiniteError, check_finite_advantages
@@ -355,7 +356,12 @@ class TrainerCore(abc.ABC):
         trajectories = [self.reward_channel(trajectory) for trajectory in played]
 
         start = time.perf_counter()
-        credit_output = self.credit(trajectories)
+        # A hindsight module spends minutes of a CPU run building and scoring views: its
+        # scoring bar counts views, this one also covers the building (shown after 2 s).
+        with LiveBar(
+            desc="credit", bar_format="{desc}: {elapsed}", leave=False, delay=SHOW_AFTER_S
+        ):
+            credit_output = self.credit(trajectories)
         credit_s = time.perf_counter() - start
         # A NaN advantage would poison the gradient, or pass SFT's `value <= min_credit`
         # test as False and keep its step.
