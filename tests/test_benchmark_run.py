@@ -76,6 +76,7 @@ def test_group_size_defaults_to_one_for_hp_rlvr_only():
     assert run_name(RunConfig(credit="hp_rlvr", group_size=1, model="tiny")) == run_name(hp)
 
 
+@pytest.mark.slow  # a whole run; its samples score every credit module with `tiny` (35 s)
 def test_run_folder_holds_config_provenance_episodes_and_samples(tmp_path):
     run_dir = run(scripted(tmp_path, model="expert", sample_group_size=2))
     config = records.read_json(run_dir / records.CONFIG_FILE)
@@ -186,6 +187,7 @@ def test_training_run_writes_metrics_then_a_rerun_reuses_the_trained_policy(tmp_
     assert [e.index for e in records.read_episodes(run_dir)] == [0, 1, 2]
 
 
+@pytest.mark.slow  # samples scored by every credit module with `tiny`, six times (48 s)
 def test_samples_score_the_runs_own_module_with_its_convention(tmp_path):
     # The random agent's KeyDoor group has different returns (apple noise), so the GRPO
     # conventions differ:

@@ -233,6 +233,7 @@ def test_the_oracle_trains_through_the_command_line_and_scores_the_samples(tmp_p
     assert samples and {"oracle", "hca", "grpo"} <= set(samples[0]["credit"])
 
 
+@pytest.mark.slow  # the credit_truth command with `tiny` (16 s)
 def test_credit_truth_scores_the_oracle_as_the_truth_itself(tmp_path):
     """Against `benchmarks.credit_truth`'s own ground truth (a policy table computed there,
     independently), the oracle's credit is the exact A: Pearson 1, every key-step sign."""

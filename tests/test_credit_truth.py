@@ -365,6 +365,7 @@ def test_grpo_gradient_cosine_on_umbrella_falls_as_length_grows():
     assert max(cosines[18]) < min(cosines[2]), cosines
 
 
+@pytest.mark.slow  # the command end to end with its plot (18 s)
 def test_credit_truth_command_writes_table_and_plot(tmp_path, capsys):
     argv = [
         "--env",
@@ -429,6 +430,7 @@ def test_exact_table_matches_what_an_llm_rollout_records_on_keydoor(tiny):
     env.close()
 
 
+@pytest.mark.slow  # the command with `tiny` scoring hindsight views (25 s)
 def test_credit_truth_scores_the_hindsight_modules_of_an_llm_policy(tmp_path, capsys):
     """With a model: the views are prefetched into one memo, then every module gets a
     finite row at each batch size (the path `--model smollm2-135m` runs)."""
@@ -455,6 +457,7 @@ def _rows(path):
         return {(row["delay"], row["module"]): row for row in csv.DictReader(handle)}
 
 
+@pytest.mark.slow  # the command run three times (28 s)
 def test_credit_truth_resumes_keeping_the_values_its_csv_holds(tmp_path, capsys):
     """A rerun skips the finished values (read back, not recomputed); --fresh recomputes."""
     assert credit_truth_main(_resume_argv(tmp_path, "--sweep", "1")) == 0

@@ -44,6 +44,7 @@ def swept(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
+@pytest.mark.slow  # the `swept` fixture runs a sweep of four runs (45 s)
 def test_sweep_runs_the_grid_then_skips_finished_runs(swept, capsys):
     assert len(records.run_dirs(swept / "runs")) == 4
     config = swept / "sweep.toml"
@@ -52,6 +53,7 @@ def test_sweep_runs_the_grid_then_skips_finished_runs(swept, capsys):
     assert "4 runs, 4 finished" in out and out.count("finished, skipped") == 4
 
 
+@pytest.mark.slow  # the `swept` fixture runs a sweep of four runs
 def test_sweep_shards_split_the_grid_without_overlap(swept, capsys):
     config = swept / "sweep.toml"
     names = []
@@ -111,6 +113,7 @@ def row_of(table: leaderboard.Table, section: leaderboard.Section, **settings) -
     return method
 
 
+@pytest.mark.slow  # the `swept` fixture runs a sweep of four runs
 def test_cells_are_mean_and_standard_error_over_seeds(swept):
     table = leaderboard.write_leaderboard(swept / "runs", swept)
     rates = per_seed_rates(swept, "random")
@@ -123,6 +126,7 @@ def test_cells_are_mean_and_standard_error_over_seeds(swept):
     assert table.cells[(section.task, expert, "test")].text() == "100.0 (n=1)"
 
 
+@pytest.mark.slow  # the `swept` fixture runs a sweep of four runs
 def test_markdown_csv_and_html_agree_and_html_sorts_offline(swept):
     assert leaderboard.main(["--runs", str(swept / "runs")]) == 0  # out: the folder above
     markdown = (swept / "leaderboard.md").read_text()
@@ -142,6 +146,7 @@ def test_markdown_csv_and_html_agree_and_html_sorts_offline(swept):
     assert (swept / "plots" / "credit_heatmap.png").stat().st_size > 1000
 
 
+@pytest.mark.slow  # the `swept` fixture runs a sweep of four runs
 def test_comparison_says_when_a_method_is_not_distinguishable(swept):
     table = leaderboard.build_table(records.load_runs(swept / "runs"), swept / "runs")
     (line,) = leaderboard.comparisons(table, table.sections[0])
@@ -192,6 +197,7 @@ def test_runs_on_different_task_variants_never_share_a_column():
     )
 
 
+@pytest.mark.slow  # a fresh interpreter running the sweep command
 def test_sweep_piped_into_a_closed_reader_exits_without_a_traceback(swept):
     command = [sys.executable, "-m", "benchmarks.sweep", "--config", str(swept / "sweep.toml")]
     command += ["--out", str(swept / "runs"), "--dry-run"]

@@ -131,6 +131,7 @@ AS_FROM_A_TERMINAL = (
 )
 
 
+@pytest.mark.slow  # a fresh interpreter running the command until interrupted (41 s)
 def test_ctrl_c_prints_one_line_saying_how_to_resume(tmp_path):
     # The whole process group gets SIGINT, as from a terminal's Ctrl-C.
     argv = [sys.executable, "-c", AS_FROM_A_TERMINAL, "-m", "benchmarks.run", *SCRIPTED]
@@ -188,6 +189,7 @@ def test_dtype_takes_part_in_the_run_identity_and_float32_keeps_old_names():
     assert run_name(RunConfig(device="cuda")) == run_name(RunConfig(dtype="bfloat16"))
 
 
+@pytest.mark.slow  # loads and evaluates `tiny` through the command (17 s)
 def test_a_bfloat16_policy_runs_end_to_end(tmp_path):
     argv = ["--model", "tiny", "--credit", "none", "--eval-episodes", "1", "--dtype", "bfloat16"]
     assert main([*argv, "--sample-group-size", "0", "--out", str(tmp_path)]) == 0
