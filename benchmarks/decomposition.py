@@ -554,12 +554,21 @@ def markdown(cells: Sequence[Mapping[str, Any]], command: str) -> str:
     )
 
 
+# The csv's columns, in this order whichever way the records were read back.
+CELL_KEY = ["setting", "model", "pool", "channel"]
+AGREEMENT_COLUMNS = [*CELL_KEY, "module", "source", "credit", "pearson", "pearson_se"]
+AGREEMENT_COLUMNS += ["key_sign", "key_sign_se", "key_steps", "cos", "cos_se", "batches"]
+CALIBRATION_COLUMNS = [*CELL_KEY, "steps", "kl_model", "kl_model_se", "kl_policy"]
+CALIBRATION_COLUMNS += ["kl_policy_se", "ratio_pearson", "ratio_pearson_se", "ratio_sign"]
+CALIBRATION_COLUMNS += ["ratio_sign_se", "ratio_signed_steps"]
+
+
 def write_tables(cells: Sequence[Mapping[str, Any]], out: Path, command: str) -> None:
     agreement, calibrated = table_rows(cells)
     buffer = io.StringIO()
-    for rows in (agreement, calibrated):
+    for rows, columns in ((agreement, AGREEMENT_COLUMNS), (calibrated, CALIBRATION_COLUMNS)):
         if rows:
-            writer = csv.DictWriter(buffer, fieldnames=list(rows[0]))
+            writer = csv.DictWriter(buffer, fieldnames=columns)
             writer.writeheader()
             writer.writerows(rows)
             buffer.write("\n")

@@ -94,6 +94,9 @@ def test_decomposition_scores_both_sources_calibrates_and_resumes(tmp_path, caps
     assert decomposition_main(_argv(tmp_path)) == 0
     assert "keydoor:delay=1 with small: kept from" in capsys.readouterr().out
     assert (tmp_path / "cells.jsonl").read_text(encoding="utf-8").splitlines() == lines
+    # The tables rewritten from the records read back keep their column order.
+    header = (tmp_path / "decomposition.csv").read_text(encoding="utf-8").splitlines()[0]
+    assert header.startswith("setting,model,pool,channel,module,source,credit,pearson,")
     assert decomposition_main(_argv(tmp_path, "--seed", "1")) == 2
     error = capsys.readouterr().err
     assert error.startswith("error: ") and error.count("\n") == 1 and "--fresh" in error
