@@ -69,6 +69,7 @@ def test_every_named_model_is_registered_in_one_place_with_a_loader_that_imports
     assert len(SMOLLM2_WHEEL_SHA256) == 64
 
 
+@pytest.mark.slow  # a fresh interpreter importing torch and the model stack (45 s)
 def test_small_warm_loads_from_an_entry_point_that_never_imports_the_trainers():
     # Before, `small-warm` existed only after importing trainers.warm_start.
     script = (

@@ -106,6 +106,7 @@ def test_small_recorded_ids_are_what_the_policy_generated(small):
     torch.testing.assert_close(rescored[batch.action_mask.bool()], recorded, atol=1e-5, rtol=0)
 
 
+@pytest.mark.slow  # two fresh interpreters each training the BPE tokenizer (59 s)
 def test_tokenizer_training_is_the_same_in_another_process():
     # Rust's HashMap seeds differ per process; BPE must not depend on iteration order.
     script = (
@@ -197,6 +198,7 @@ def _warm_weights(seed: int) -> tuple[dict[str, torch.Tensor], list[float]]:
     return {k: v.clone() for k, v in loaded.model.state_dict().items()}, losses
 
 
+@pytest.mark.slow  # three warm starts of `small` on KeyDoor transcripts (69 s)
 def test_warm_start_is_deterministic_for_a_seed():
     first, first_losses = _warm_weights(seed=0)
     second, second_losses = _warm_weights(seed=0)
