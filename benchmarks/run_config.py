@@ -1,0 +1,208 @@
+"""The configuration of one run of `python -m benchmarks.run`: `RunConfig` and its presets.
+
+Each field is declared once here, with its type, default and a docstring that becomes
+`--help` (`benchmarks/run.py: parse_config`); the run identity (`benchmarks/run.py:
+run_identity`) reads the field lists below to decide which fields name a run folder.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import tyro
+
+import credit
+from agents.rollout import EnvWorkers
+from agents.trajectory import DEFAULT_REWARD_CHANNEL, RewardChannel
+from credit.base import DEFAULT_CONVENTION
+from credit.options import options_help
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Train one configuration (env x credit x model) and evaluate it."""
+
+    env: str = "sysdiag"
+    """Environment: a registered short name (`EnvInfo.short_name` in envs/__init__.py, e.g.
+    sysdiag, keydoor) or id. SysDiag is the default: its episodes are fast enough for a CPU
+    run."""
+    credit: str = "grpo"
+    """Credit module (grpo, gigpo, hcapo, hcapo_seed, hp_rlvr, rule_based, or
+    package.module:Class); `none` evaluates the model or scripted agent without training."""
+    model: str = "smollm2-135m"
+    """Policy: a model name (tiny, smollm2-135m), a Hugging Face id or local folder, or a
+    scripted agent (expert, random)."""
+    trainer: str = "policy_gradient"
+    """Trainer used when --credit is not `none`; `eval-only` skips training."""
+    group_size: int | None = None
+    """Rollouts per task in one optimiser step (G); unset = the method's own choice: 1 for
+    hp_rlvr (single rollout, its paper), 8 otherwise (GRPO / GiGPO / HCAPO papers)."""
+    steps: int = 1
+    """Optimiser steps (policy_gradient: iterations of rollout -> credit -> update;
+    sft: rounds)."""
+    tasks_per_step: int = 1
+    """Tasks per training iteration at G = 8 (hp_rlvr at G = 1 gets 8x as many tasks, so
+    every method uses the same number of rollouts)."""
+    learning_rate: float | None = None
+    """AdamW learning rate; unset: the trainer's own default (policy_gradient 1e-5 for
+    LoRA / tiny, sft 1e-4)."""
+    constrained: bool = True
+    """Constrained decoding: the policy can only emit an admissible command (lets an
+    untrained small model act validly from the first step)."""
+    max_new_tokens: int = 48
+    """Longest policy response per step, in tokens."""
+    eval_episodes: int = 4
+    """Evaluation episodes per split (the same tasks for every method and seed)."""
+    split: str = "all"
+    """Evaluation split: `all`, or one split of the env (ALFWorld: in_distribution,
+    out_of_distribution; other envs: test)."""
+    seed: int = 0
+    """Seed of training and of the policy's sampling."""
+    device: str = "cpu"
+    """Torch device of the policy (cpu, cuda, cuda:1, mps)."""
+    out: Path = Path("results/local/runs")
+    """Folder that receives the run folder (git-ignored; the committed reference set in
+    results/runs/ grows only when asked, with `--out results/runs`)."""
+    preset: Literal["default", "paper", "demo"] = "default"
+    """Starting values of the other options: `default` fits a 2-core CPU in < 15 min;
+    `paper` is the GiGPO/HCAPO ALFWorld setup (G=8, 150 steps, 50-step episodes), for a GPU;
+    `demo` is the fast regime `make demo` trains (`small` on KeyDoor, docs/small_model.md)."""
+    max_episode_steps: int | None = None
+    """Step limit T of an episode; unset: the env's own default, declared with its
+    registration (`EnvInfo.max_episode_steps` in envs/__init__.py)."""
+    eval_temperature: float = 0.4
+    """Sampling temperature of the policy during evaluation (> 0; GiGPO validates at 0.4,
+    a low temperature close to greedy)."""
+    eval_batch_size: int = 8
+    """Evaluation episodes played together in one batch by an LLM policy."""
+    sample_group_size: int = 2
+    """Rollouts of one task kept as sample trajectories with every module's credit."""
+    name: str | None = None
+    """Run folder name; derived from the configuration when unset (so reruns resume)."""
+    faults: tuple[str, ...] = ()
+    """Task families to train and evaluate on, for an env that has them
+    (`EnvInfo.task_families`: SysDiag's ten fault families; empty: all); e.g.
+    `--faults memory_leak --max-episode-steps 1` is the one-step task of the reference
+    learning slice (benchmarks/configs/reference_cpu.toml)."""
+    env_options: tuple[str, ...] = ()
+    """Constructor options of the env as key=value (values read as JSON, else as text),
+    e.g. `--env-options delay=16 variance=high` (KeyDoor) or `length=20` (Umbrella);
+    envs/*/env.py list each env's. They choose the task: runs with other options get their
+    own name and leaderboard table; the step limit, when unset, is the env's own default
+    for these options."""
+    history_len: int | None = None
+    """(observation, action) pairs in the policy's prompt; unset: 0 on an env whose
+    observations are Markov (`EnvInfo.markov`: KeyDoor, Umbrella), else 2 (GiGPO's K). The
+    hindsight credit modules rebuild prompts with the same K."""
+    generation_cache_gib: float = 2.0
+    """hcapo / hp_rlvr: GiB of prompt keys / values and response hidden states kept from
+    each training rollout for the hindsight scoring (agents/generation_cache.py), on the
+    policy's device; steps beyond it are recomputed (slower, same credit); 0 disables."""
+    credit_convention: str = DEFAULT_CONVENTION
+    """How grpo / gigpo compute their group statistics: creditgym's own way (default) or a
+    peer's, to reproduce its numbers: trl, verl, verl-agent (gigpo: creditgym, verl-agent).
+    docs/conventions.md has the table."""
+    # The help lists every option of every registered module, from its `Options` class.
+    credit_options: Annotated[
+        tuple[str, ...],
+        tyro.conf.arg(
+            metavar="KEY=VALUE [KEY=VALUE ...]",
+            help=options_help(credit.REGISTRY),
+            help_behavior_hint="(default: none named)",
+        ),
+    ] = ()
+    reward_channel: RewardChannel = DEFAULT_REWARD_CHANNEL
+    """The signal credit and training see (agents/trajectory.py, docs/credit.md): `return`,
+    the env's reward at every step (KeyDoor: apples and door); `outcome`, 0 at every step
+    and the env's verifiable verdict (1 / 0) at the last. Modules that need a verdict read
+    it off this channel. Evaluation reports the env's own success and return either way."""
+    eval_every: int = 0
+    """Learning curve: evaluate the policy every this many training iterations (and before
+    the first, and after the last) on the first `--curve-episodes` evaluation tasks at
+    `--eval-temperature`, into curve.jsonl (trainers/curve.py); 0: no curve."""
+    curve_episodes: int = 32
+    """Held-out tasks of each learning-curve point (with `--eval-every`)."""
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    """Weight dtype of the policy; auto: float32 on a CPU (exact log-prob bookkeeping, fast
+    CPU matmuls), bfloat16 on CUDA (what GPU training uses)."""
+    threads: int = 1
+    """torch CPU threads of the run. 1 by default: on a shared 2-core machine a second
+    OpenMP thread spin-waits for a core another process holds (one `small` iteration took
+    46 s instead of ~3 s, docs/small_model.md); raise it on an idle many-core machine.
+    Speed only, not part of the run name."""
+    env_workers: EnvWorkers = "auto"
+    """What runs each rollout env (training and evaluation): a worker process, this
+    process (`inline`: pure in-memory envs), or a Ray actor on the Ray cluster `ray.init()`
+    joins (RAY_ADDRESS, else a local Ray); the same episodes either way, so not part of the
+    run name. auto: inline for KeyDoor and Umbrella (registered `in_process`), else a
+    process."""
+
+
+# Iterations of the demo preset: enough for `small` to learn KeyDoor's key at delay 8.
+DEMO_STEPS = 20
+PRESETS: dict[str, dict[str, Any]] = {
+    "default": {},
+    # GiGPO (arXiv 2505.10978) Table 1 / HCAPO (arXiv 2603.08754) setup: G = 8, 150 iterations,
+    # 50-step episodes, validation temperature 0.4.
+    "paper": {
+        "steps": 150,
+        "tasks_per_step": 16,
+        "learning_rate": 1e-6,
+        "max_new_tokens": 512,
+        "constrained": False,
+        "eval_episodes": 128,
+        "max_episode_steps": 50,
+        "eval_temperature": 0.4,
+        "eval_batch_size": 32,
+    },
+    # `make demo`: the fast regime (docs/small_model.md). `small` learns to take the key on
+    # KeyDoor (default delay 8, history-free prompts since the env is Markov) with GRPO at
+    # 32 rollouts per iteration; evaluated on 64 held-out tasks.
+    "demo": {
+        "env": "keydoor",
+        "model": "small",
+        "credit": "grpo",
+        "steps": DEMO_STEPS,
+        "tasks_per_step": 4,
+        "learning_rate": 3e-3,
+        "max_new_tokens": 8,
+        "eval_episodes": 64,
+        "eval_batch_size": 32,
+    },
+}
+
+# Fields added after reference results were committed: left out of the run name's hash
+# while they hold their defaults, so the committed run folders keep their names.
+LATER_FIELDS = (
+    "faults",
+    "history_len",
+    "credit_convention",
+    "eval_every",
+    "curve_episodes",
+    "env_options",
+    "credit_options",
+    "reward_channel",
+)
+# The history length every run used before it depended on the env: runs that resolve to
+# it leave it out of their name's hash (their folders keep their names), others hash it.
+LEGACY_HISTORY_LEN = 2
+
+# Fields that do not change what a run computes, left out of the run name's hash: a
+# rerun with more evaluation episodes, another split or device extends the same run.
+NON_IDENTITY_FIELDS = frozenset(
+    {
+        "eval_episodes",
+        "split",
+        "device",
+        "out",
+        "preset",
+        "eval_batch_size",
+        "sample_group_size",
+        "name",
+        "generation_cache_gib",  # speed only: cached or recomputed, the same credit
+        "env_workers",  # where the envs run, not what they play
+        "threads",  # speed only
+    }
+)
