@@ -174,4 +174,3 @@ def build_module(
         policy=model, history_len=history_len, generation_cache_bytes=0, score_memo=memo
     )
     return build(resolve(name), context)
-
