@@ -9,10 +9,13 @@ so they cannot drift. Every failure is a `UsageError` (one line, exit status 2).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import os
+import sys
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import torch
+import tyro
 
 import envs
 from agents.models import MODELS, LoadedModel, ModelUnavailableError, load_model
@@ -100,3 +103,23 @@ def mapping_rows(
         [format_float(row[c]) if isinstance(row[c], float) else str(row[c]) for c in columns]
         for row in rows
     ]
+
+
+def run_scoring_command(
+    args_type: type,
+    module: str,
+    doc: str,
+    run: Callable[[Any, list[str]], object],
+    argv: Sequence[str] | None,
+) -> int:
+    """The body of a scoring entry point's `main` (`credit_truth`, `decomposition`,
+    `hindsight_ablation`): parse `argv` (the command line if None) into `args_type` with
+    tyro, use as many torch threads as OMP_NUM_THREADS says (1 if unset), call
+    `run(args, argv)`; the argv goes along so the outputs can record their command."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = tyro.cli(
+        args_type, prog=f"python -m benchmarks.{module}", args=argv, description=doc.split("\n")[0]
+    )
+    torch.set_num_threads(max(1, int(os.environ.get("OMP_NUM_THREADS", "1"))))
+    run(args, argv)
+    return 0

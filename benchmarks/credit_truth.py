@@ -55,7 +55,6 @@ import matplotlib
 matplotlib.use("Agg")  # files only
 import matplotlib.pyplot as plt
 import numpy as np
-import torch
 import tyro
 
 import credit
@@ -622,16 +621,7 @@ def run(args: CreditTruthArgs, argv: Sequence[str]) -> Path:
 @exit_on_usage_error
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `python -m benchmarks.credit_truth`."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    args = tyro.cli(
-        CreditTruthArgs,
-        prog="python -m benchmarks.credit_truth",
-        args=argv,
-        description=__doc__.split("\n")[0],
-    )
-    torch.set_num_threads(max(1, int(os.environ.get("OMP_NUM_THREADS", "1"))))
-    run(args, argv)
-    return 0
+    return common.run_scoring_command(CreditTruthArgs, "credit_truth", __doc__, run, argv)
 
 
 if __name__ == "__main__":

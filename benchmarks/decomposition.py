@@ -57,14 +57,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
-import tyro
 
 import credit
 from agents.atomic import DamagedFileError, atomic_write_text
 from agents.models import LoadedModel
 from agents.trajectory import REWARD_CHANNELS, Trajectory
-from benchmarks import lock
+from benchmarks import common, lock
 from benchmarks.cli import UsageError, exit_on_usage_error
 from benchmarks.credit_truth import (
     CreditTruthArgs,
@@ -628,16 +626,7 @@ def ordered(
 @exit_on_usage_error
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `python -m benchmarks.decomposition`."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    args = tyro.cli(
-        DecompositionArgs,
-        prog="python -m benchmarks.decomposition",
-        args=argv,
-        description=__doc__.split("\n")[0],
-    )
-    torch.set_num_threads(max(1, int(os.environ.get("OMP_NUM_THREADS", "1"))))
-    run(args, argv)
-    return 0
+    return common.run_scoring_command(DecompositionArgs, "decomposition", __doc__, run, argv)
 
 
 if __name__ == "__main__":

@@ -45,8 +45,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
-import tyro
 
 import credit
 import envs
@@ -624,16 +622,7 @@ def run(args: AblationArgs, argv: Sequence[str]) -> Path:
 @exit_on_usage_error
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `python -m benchmarks.hindsight_ablation`."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    args = tyro.cli(
-        AblationArgs,
-        prog="python -m benchmarks.hindsight_ablation",
-        args=argv,
-        description=__doc__.split("\n")[0],
-    )
-    torch.set_num_threads(max(1, int(os.environ.get("OMP_NUM_THREADS", "1"))))
-    run(args, argv)
-    return 0
+    return common.run_scoring_command(AblationArgs, "hindsight_ablation", __doc__, run, argv)
 
 
 if __name__ == "__main__":
