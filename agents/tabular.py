@@ -3,7 +3,7 @@
 Envs that describe themselves as finite MDPs (`envs.mdp`) report the true state in
 `info`: `reset` gives `mdp_state` = s_0, every step gives `mdp_next_state` = s_{t+1}. A
 table agent reads that state and draws from its row, so a policy whose ground truth is
-known exactly (uniform, or an LLM's exact table from `credit.ground_truth`) can be
+known exactly (uniform, or an LLM's exact table from `measure.ground_truth`) can be
 rolled out through the ordinary rollout path at env speed, with no model.
 """
 

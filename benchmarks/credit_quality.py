@@ -22,8 +22,9 @@ import envs
 from benchmarks import common
 from benchmarks.cli import UsageError, exit_on_usage_error
 from credit.base import NonFiniteError
-from credit.evaluate import EvaluateArgs, QualityRow, build_module, collect, credit_quality
-from credit.scoring import ScoreMemo, prefetch_modules
+from credit.scoring import ScoreMemo
+from measure.key_steps import EvaluateArgs, QualityRow, build_module, collect, credit_quality
+from measure.prefetch import prefetch_modules
 
 
 def module_names(spec: str) -> list[str]:

@@ -68,15 +68,11 @@ from agents.trajectory import Trajectory
 from benchmarks import common, lock
 from benchmarks.cli import UsageError, exit_on_usage_error, lookup
 from credit.base import CreditContext, build
-from credit.ground_truth import (
-    GroundTruth,
-    evaluate_policy,
-    llm_policy_table,
-    reachable_states,
-    uniform_policy,
-)
-from credit.scoring import ScoreMemo, prefetch_modules
-from credit.truth_metrics import TruthSet, gradient_estimate, gradient_stats, step_agreement
+from credit.policy_evaluation import GroundTruth, evaluate_policy, reachable_states
+from credit.scoring import ScoreMemo
+from measure.ground_truth import exact_sources, llm_policy_table, uniform_policy
+from measure.prefetch import prefetch_modules
+from measure.truth_metrics import TruthSet, gradient_estimate, gradient_stats, step_agreement
 
 UNIFORM = "uniform"
 # Task seeds (for drawing the tasks) and rollout seeds are far apart, so no rollout
@@ -463,6 +459,7 @@ def prepare_value(
         env_id=env_id,
         env_kwargs=env_kwargs,
         sampling=None if policy is None else rollout_agent(policy, args, args.seed).config,
+        exact_sources=exact_sources,
     )
     return PreparedValue(truths, pool, context, exact_return, sampled_return)
 

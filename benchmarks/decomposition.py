@@ -77,19 +77,20 @@ from benchmarks.credit_truth import (
 from benchmarks.records import JsonlAppender, iter_jsonl
 from credit.base import build
 from credit.exact_source import EXACT_CLASSES, HCAPOExact
-from credit.ground_truth import MDP_CHANNELS, TaskMDPs, evaluate_policy, trie_action_logprobs
 from credit.hcapo import HCAPO
-from credit.scoring import prefetch_modules, score_logprobs
-from credit.truth_metrics import (
+from credit.policy_evaluation import evaluate_policy, true_advantages
+from credit.scoring import score_logprobs
+from credit.views import TeacherForced
+from measure.ground_truth import MDP_CHANNELS, TaskMDPs, trie_action_logprobs
+from measure.prefetch import prefetch_modules
+from measure.truth_metrics import (
     TruthSet,
     cosine,
     gradient_estimate,
     pearson,
     sign_agreement,
     step_agreement,
-    true_advantages,
 )
-from credit.views import TeacherForced
 
 # Below this |log(h_exact / pi)| the outcome says nothing about the action (a forced step,
 # or an action with no effect on the verdict): no sign for the model's ratio to agree with.

@@ -60,17 +60,12 @@ from benchmarks.credit_truth import (
 )
 from benchmarks.credit_truth import make_env as make_truth_env
 from credit.base import CreditContext, CreditModule, build
-from credit.evaluate import EvaluateArgs, auroc, collect, ranked_trajectories
 from credit.options import parse_options
-from credit.scoring import ScoreMemo, prefetch_modules
-from credit.truth_metrics import (
-    TruthSet,
-    cosine,
-    gradient_estimate,
-    pearson,
-    spearman,
-    true_advantages,
-)
+from credit.policy_evaluation import true_advantages
+from credit.scoring import ScoreMemo
+from measure.key_steps import EvaluateArgs, auroc, collect, ranked_trajectories
+from measure.prefetch import prefetch_modules
+from measure.truth_metrics import TruthSet, cosine, gradient_estimate, pearson, spearman
 
 CONFIDENCE = 0.95
 

@@ -63,6 +63,7 @@ from credit.base import (
 )
 from credit.options import canonical_texts, parse_options, split_option
 from envs.registry import DataFingerprint, EvalSplit
+from measure.ground_truth import exact_sources
 from trainers.curve import CurveSettings
 from trainers.policy_gradient import AgentConfig, PolicyGradientConfig, PolicyGradientTrainer
 from trainers.sft import CreditFilteredSFTTrainer, SFTConfig
@@ -597,6 +598,7 @@ def build_credit(
         env_kwargs=dict(env_kwargs or {}),
         sampling=sampling,
         reward_channel=reward_channel,
+        exact_sources=exact_sources,
     )
     try:
         return credit.build(credit_class(name), context)

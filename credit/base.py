@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
@@ -52,6 +52,10 @@ if TYPE_CHECKING:
     from agents.generation_cache import GenerationCache
     from agents.llm import SamplingConfig
     from agents.models import LoadedModel
+    from credit.policy_evaluation import TableSource
+    from envs.mdp import FiniteMDP
+
+    ExactSources = Callable[["CreditContext", str], tuple[Callable[[str], FiniteMDP], TableSource]]
 
 # Largest finite float32: advantages are float32, so a larger reward overflows to inf.
 FLOAT32_MAX = float(np.finfo(np.float32).max)
@@ -198,13 +202,18 @@ class CreditContext:
             trainer needs, whose weights change every update).
         env_id, env_kwargs: the registered env the trajectories come from and its
             constructor options; the oracles (`oracle`, `hca`) read each task's exact
-            MDP from it (`envs.mdp`, `credit.ground_truth.TaskMDPs`). None: not known.
+            MDP from it (`envs.mdp`, `measure.ground_truth.TaskMDPs`). None: not known.
         reward_channel: the run's reward channel (`agents.trajectory.REWARD_CHANNELS`):
             the exact-MDP oracles compute on the env's MDP paid on it
-            (`credit.ground_truth.MDP_CHANNELS`).
+            (`measure.ground_truth.MDP_CHANNELS`).
         sampling: how the rollout samples the policy's actions (temperature, top-p,
             constrained decoding, history); the oracles compute the policy's exact action
-            table under it (`credit.ground_truth.llm_policy_table`). None: no model rollout.
+            table under it (`measure.ground_truth.llm_policy_table`). None: no model rollout.
+        exact_sources: (context, module name) -> (task id -> its exact MDP, the policy's
+            exact table source), what the exact-MDP modules compute on
+            (`exact_sources_of`); an entry point sets it to
+            `measure.ground_truth.exact_sources`, so credit/ never imports measure. None:
+            no exact solution offered.
     """
 
     policy: LoadedModel | None = None
@@ -218,6 +227,26 @@ class CreditContext:
     env_kwargs: Mapping[str, Any] = field(default_factory=dict)
     sampling: SamplingConfig | None = None
     reward_channel: str = DEFAULT_REWARD_CHANNEL
+    exact_sources: ExactSources | None = None
+
+
+def exact_sources_of(
+    context: CreditContext, module: str
+) -> tuple[Callable[[str], FiniteMDP], TableSource]:
+    """`context.exact_sources(context, module)`: each task's MDP and the policy's exact
+    table for an exact-MDP module named `module`.
+
+    Raises:
+        ValueError: the context offers no exact solution, or the sources refuse the run
+            (no env, an env that is not a finite MDP, sampling that is not exact); the
+            message names `module`.
+    """
+    if context.exact_sources is None:
+        raise ValueError(
+            f"credit module {module} needs the exact MDP solution (CreditContext.exact_sources, "
+            "which an entry point sets to measure.ground_truth.exact_sources)"
+        )
+    return context.exact_sources(context, module)
 
 
 @runtime_checkable

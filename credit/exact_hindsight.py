@@ -7,7 +7,7 @@ distribution of the action taken in s:
     P(Z = z | s)    = sum_a pi(a|s) P(Z = z | s, a).
 
 On a finite acyclic MDP (`envs.mdp`) the outcome distributions are exact by one backward
-sweep (the one `credit.ground_truth.evaluate_policy` runs for values), carrying a
+sweep (the one `credit.policy_evaluation.evaluate_policy` runs for values), carrying a
 distribution over outcome values instead of its mean:
 
     P(Z = z | s, a) = sum_outcomes p * ( 1[episode ends] 1[z = z_end(outcome)]
@@ -38,7 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from agents.trajectory import Trajectory
-from credit.ground_truth import PolicyTable, check_policy, reachable_states
+from credit.policy_evaluation import PolicyTable, check_policy, reachable_states
 from envs.mdp import FiniteMDP, Transition
 
 # Returns are sums of float rewards along paths, so two paths to one return can differ in
@@ -206,7 +206,7 @@ def exact_hindsight(
 
     Args:
         mdp: a finite acyclic MDP.
-        policy: pi(a|s) for every reachable state (`credit.ground_truth.check_policy`).
+        policy: pi(a|s) for every reachable state (`credit.policy_evaluation.check_policy`).
         outcome: `success` or `return` (`OUTCOMES`).
         gamma: discount in [0, 1] of the return-to-go.
     Raises:

@@ -41,7 +41,7 @@ import numpy as np
 from agents.constrained import action_token_sequences
 from agents.models import LoadedModel
 from agents.trajectory import Trajectory
-from credit.base import CreditContext, options_of, verdict
+from credit.base import CreditContext, exact_sources_of, options_of, verdict
 from credit.exact_hindsight import (
     ExactHindsight,
     StepTrie,
@@ -50,9 +50,9 @@ from credit.exact_hindsight import (
     step_trie,
     trie_divergences,
 )
-from credit.ground_truth import TableSource, exact_sources, task_truths
 from credit.hcapo import HCAPO, HCAPOSeed, HCAPOSeedOptions
 from credit.hp_rlvr import HPRLVR
+from credit.policy_evaluation import TableSource, task_truths
 from envs.mdp import FiniteMDP
 
 # Besides a method's own reads: each step's exact state (its info) and the MDP.
@@ -66,7 +66,7 @@ class ExactSource:
 
     Args:
         model: the policy (its tokenizer spells the commands).
-        mdps: task id -> its exact MDP (`credit.ground_truth.TaskMDPs`).
+        mdps: task id -> its exact MDP (`measure.ground_truth.TaskMDPs`).
         tables: MDP -> the current policy's exact table on it, computed when called.
         options: the method's options (an instance of its `Options`; None: the defaults).
         kwargs: the method's other arguments (`history_len`, `memory_budget_bytes`).
@@ -94,7 +94,7 @@ class ExactSource:
     def from_context(cls, context: CreditContext) -> Any:
         """On the run's env and the policy as its rollout samples it; ValueError (one line)
         where the env is not a finite MDP or the sampling is not exact."""
-        mdps, tables = exact_sources(context, cls.name)
+        mdps, tables = exact_sources_of(context, cls.name)
         return cls(
             context.policy,
             mdps,

@@ -19,7 +19,7 @@ is left is the estimator's own variance: the method with perfect hindsight, besi
 policy's read of the outcome that HCAPO and HP-RLVR use.
 
 Outcome (`--credit-options outcome=...`, `HCAOptions`): `return` (default), the return-to-go, so the
-credit estimates the same A(s_t, a_t) as `oracle` and `credit.truth_metrics`; or
+credit estimates the same A(s_t, a_t) as `oracle` and `measure.truth_metrics`; or
 `success`, the env's success verdict, estimating the advantage of the success
 probability. It reads ground truth (the exact state and dynamics): an oracle.
 """
@@ -38,11 +38,12 @@ from credit.base import (
     CreditModuleBase,
     CreditOutput,
     broadcast_to_tokens,
+    exact_sources_of,
     options_of,
 )
 from credit.exact_hindsight import OUTCOMES, ExactHindsight, exact_hindsight
-from credit.ground_truth import TableSource, exact_sources, task_truths
 from credit.options import doc
+from credit.policy_evaluation import TableSource, task_truths
 from envs.mdp import FiniteMDP
 
 # The keys of `credit.exact_hindsight.OUTCOMES` (tests/test_credit_options.py checks it).
@@ -88,7 +89,7 @@ class HCA(CreditModuleBase):
     """Return-conditional HCA with exact hindsight (see the module docstring).
 
     Args:
-        mdps: task id -> its exact MDP (`credit.ground_truth.TaskMDPs`).
+        mdps: task id -> its exact MDP (`measure.ground_truth.TaskMDPs`).
         tables: MDP -> the current policy's exact table on it, computed when called.
         options: `HCAOptions` (the outcome Z conditioned on, `return` or `success`).
 
@@ -118,7 +119,7 @@ class HCA(CreditModuleBase):
     def from_context(cls, context: CreditContext) -> HCA:
         """Built on the run's env and the policy as its rollout samples it; ValueError
         (one line) where the env is not a finite MDP or the sampling is not exact."""
-        return cls(*exact_sources(context, cls.name), options_of(cls, context))
+        return cls(*exact_sources_of(context, cls.name), options_of(cls, context))
 
     def compute(self, trajectories: Sequence[Trajectory]) -> CreditOutput:
         hindsights = {

@@ -3,9 +3,10 @@
     credit_t = A(s_t, a_t) = Q(s_t, a_t) - V(s_t),
 
 with V and Q of the policy that generated the batch, by dynamic programming on each
-task's exact MDP (`credit.ground_truth.evaluate_policy`; the true state s_t from
+task's exact MDP (`credit.policy_evaluation.evaluate_policy`; the true state s_t from
 `step.info["mdp_state"]`, `envs.mdp`). The policy's exact action table is recomputed at
-every call (`credit.ground_truth.llm_policy_table`: constrained decoding, no history), so
+every call (`CreditContext.exact_sources`, filled by the entry point with
+`measure.ground_truth`'s: constrained decoding, no history), so
 a trainer, whose weights change every update, always gets the advantage of the weights
 that sampled the batch. Every action token of step t gets credit_t.
 
@@ -23,9 +24,14 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from agents.trajectory import Trajectory
-from credit.base import CreditContext, CreditModuleBase, CreditOutput, broadcast_to_tokens
-from credit.ground_truth import TableSource, evaluate_policy, exact_sources, task_truths
-from credit.truth_metrics import true_advantages
+from credit.base import (
+    CreditContext,
+    CreditModuleBase,
+    CreditOutput,
+    broadcast_to_tokens,
+    exact_sources_of,
+)
+from credit.policy_evaluation import TableSource, evaluate_policy, task_truths, true_advantages
 from envs.mdp import FiniteMDP
 
 
@@ -33,7 +39,7 @@ class Oracle(CreditModuleBase):
     """Exact A(s_t, a_t) of the current policy at every step (see the module docstring).
 
     Args:
-        mdps: task id -> its exact MDP (`credit.ground_truth.TaskMDPs`).
+        mdps: task id -> its exact MDP (`measure.ground_truth.TaskMDPs`).
         tables: MDP -> the current policy's exact table on it, computed when called.
 
     Metrics: `exact_return` (mean over the batch's tasks of the policy's exact expected
@@ -53,7 +59,7 @@ class Oracle(CreditModuleBase):
     def from_context(cls, context: CreditContext) -> Oracle:
         """Built on the run's env and the policy as its rollout samples it; ValueError
         (one line) where the env is not a finite MDP or the sampling is not exact."""
-        return cls(*exact_sources(context, cls.name))
+        return cls(*exact_sources_of(context, cls.name))
 
     def compute(self, trajectories: Sequence[Trajectory]) -> CreditOutput:
         truths = {

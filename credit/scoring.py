@@ -26,7 +26,9 @@ verifier feedback). The engine does this for many steps at once:
 
 A `ScoreMemo` keeps every view's scores across calls for one set of weights, so modules
 that score the same views (variants of one method that only post-process the scores,
-or HCAPO's causal view and HP-RLVR's) pay for each forward once.
+or HCAPO's causal view and HP-RLVR's) pay for each forward once; `prefetch` fills it for
+many views of each step at once (measuring credit calls it through
+`measure.prefetch.prefetch_modules`).
 
 Views (`credit.views.TeacherForced`: context ids, then the action ids to score) are
 built by `credit.views`; this module only runs the model on them. A view longer than the
@@ -51,8 +53,7 @@ from agents.generation_cache import (
 )
 from agents.models import LoadedModel
 from agents.progress import SHOW_AFTER_S, LiveBar
-from agents.trajectory import Trajectory
-from credit.views import TeacherForced, causal_view
+from credit.views import TeacherForced
 
 # 1 GiB: comfortably inside a 24 GiB machine shared by several processes.
 DEFAULT_MEMORY_BUDGET_BYTES = 1 << 30
@@ -540,36 +541,6 @@ def prefetch(
                         memo.pairs[(causal, view)] = scores
                         memo.logprobs.setdefault(view, scores.hindsight_logprobs)
                     bar.update(len(hindsight))
-
-
-def prefetch_modules(
-    memo: ScoreMemo,
-    loaded: LoadedModel,
-    modules: Sequence[object],
-    trajectories: Sequence[Trajectory],
-    history_len: int,
-    memory_budget_bytes: int = DEFAULT_MEMORY_BUDGET_BYTES,
-) -> int:
-    """`prefetch` every step's causal view and each hindsight module's view of it.
-
-    `modules` may mix kinds: those with `hindsight_view_of(trajectory, t)` (HCAPO,
-    HP-RLVR: `credit.hindsight.HindsightScorer`) contribute their views, the others
-    (group modules, a plug-in that scores its own way) nothing.
-    Afterwards the modules, built with `memo` (`CreditContext.score_memo`), compute their
-    credit on these trajectories from memo hits alone. Identical views (rollouts that
-    repeated each other) are scored once. Returns the number of distinct views in `memo`.
-    """
-    hindsight_modules = [m for m in modules if hasattr(m, "hindsight_view_of")]
-    if not hindsight_modules:
-        return len(memo.logprobs)
-    steps = []
-    for trajectory in trajectories:
-        for t in range(trajectory.length):
-            causal = causal_view(loaded.tokenizer, trajectory, t, history_len)
-            views = [m.hindsight_view_of(trajectory, t) for m in hindsight_modules]
-            steps.append((causal, list(dict.fromkeys(views))))
-    prefetch(memo, loaded, steps, memory_budget_bytes)
-    return len(memo.logprobs)
 
 
 def _paired_scores(log_p: torch.Tensor, log_q: torch.Tensor, action_ids) -> PairedScores:

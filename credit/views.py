@@ -17,7 +17,7 @@ tokens under two contexts. A view is one of them, as token ids:
 "action tokens only" choice of HCAPO's length normalisation and of HP-RLVR's eligible
 tokens.
 
-Scripted steps (no tokens; e.g. the expert trajectories of `credit.evaluate`) tokenise
+Scripted steps (no tokens; e.g. the expert trajectories of `measure.key_steps`) tokenise
 `step.prompt_text` (or, when empty, the rebuilt prompt) and `step.action`. Building views
 needs only the tokenizer; no model runs here.
 """

@@ -8,11 +8,7 @@ import pytest
 from agents.base import AgentInput, NoisyExpertAgent
 from benchmarks.credit_quality import main
 from credit.base import CreditOutput
-from credit.evaluate import (
-    auroc,
-    credit_quality,
-    precision_at_k,
-)
+from measure.key_steps import auroc, credit_quality, precision_at_k
 from tests.credit_cases import scripted_trajectory
 
 

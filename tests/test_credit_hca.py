@@ -13,8 +13,9 @@ import pytest
 from agents.episode import play_episode
 from agents.tabular import TableAgent
 from credit.exact_hindsight import exact_hindsight
-from credit.ground_truth import TaskMDPs, evaluate_policy
 from credit.hca import HCA, HCAOptions
+from credit.policy_evaluation import evaluate_policy
+from measure.ground_truth import TaskMDPs
 from tests.test_exact_hindsight import (
     CHAIN_POLICY,
     KEYDOOR,

@@ -30,10 +30,10 @@ from benchmarks.run import main
 from credit import REGISTRY, CreditContext, NonFiniteError, build
 from credit.exact_hindsight import exact_hindsight
 from credit.exact_source import HCAPOExact, HCAPOSeedExact, HPRLVRExact
-from credit.ground_truth import TaskMDPs, evaluate_policy, llm_policy_table
 from credit.hcapo import return_to_go_values
 from credit.oracle import Oracle
-from credit.truth_metrics import true_advantages
+from credit.policy_evaluation import evaluate_policy, true_advantages
+from measure.ground_truth import TaskMDPs, exact_sources, llm_policy_table
 from tests.test_credit_contract import one_error_line
 from tests.test_credit_properties import check_contract
 from tests.test_exact_hindsight import KEYDOOR, RiskyChain, chain_trajectory
@@ -61,6 +61,7 @@ def small() -> LoadedModel:
 
 def context(policy: LoadedModel, **changes) -> CreditContext:
     fields = {"env_id": KEYDOOR, "env_kwargs": ENV_KWARGS, "sampling": SAMPLING, **changes}
+    fields = {"exact_sources": exact_sources, **fields}
     fields = {"history_len": SAMPLING.history_len, **fields}
     return CreditContext(policy=policy, **fields)
 
@@ -153,12 +154,14 @@ def test_exact_modules_refuse_a_non_finite_reward(cls, small, keydoor_batch):
 
 
 @pytest.mark.parametrize("cls", EXACT_CLASSES, ids=lambda cls: cls.name)
-def test_exact_modules_need_a_finite_mdp_and_an_exact_policy(cls, small):
+def test_exact_modules_need_the_exact_solution_a_finite_mdp_and_an_exact_policy(cls, small):
     name = cls.name
     with pytest.raises(ValueError, match=f"{name}: creditgym/SysDiag-v0 does not describe"):
         build(cls, context(small, env_id="creditgym/SysDiag-v0", env_kwargs={}))
     with pytest.raises(ValueError, match=f"{name} needs the run's env"):
-        build(cls, CreditContext(policy=small))
+        build(cls, CreditContext(policy=small, exact_sources=exact_sources))
+    with pytest.raises(ValueError, match=f"{name} needs the exact MDP solution"):
+        build(cls, context(small, exact_sources=None))
     with pytest.raises(
         ValueError, match=f"{name}: exact action distributions need constrained decoding"
     ):
@@ -275,7 +278,13 @@ def test_small_trained_with_the_oracle_learns_keydoor_at_delay_4(tmp_path):
     loaded = build_small()
     oracle = build(
         REGISTRY["oracle"],
-        CreditContext(policy=loaded, env_id=KEYDOOR, env_kwargs=LEARN_KWARGS, sampling=SAMPLING),
+        CreditContext(
+            policy=loaded,
+            env_id=KEYDOOR,
+            env_kwargs=LEARN_KWARGS,
+            sampling=SAMPLING,
+            exact_sources=exact_sources,
+        ),
     )
     config = PolicyGradientConfig(
         steps=LEARN_ITERATIONS,

@@ -33,6 +33,7 @@ from credit.base import (
 )
 from credit.gigpo import GiGPO
 from credit.grpo import GRPO
+from measure.ground_truth import exact_sources
 from tests.credit_cases import tokenised
 
 
@@ -112,7 +113,12 @@ def context(tiny) -> CreditContext:
     """Everything a run offers a module, the exact-MDP oracles' env and sampling too."""
     sampling = SamplingConfig(temperature=1.0, max_new_tokens=48, history_len=0, constrained=True)
     return CreditContext(
-        tiny, history_len=0, env_id=KEYDOOR, env_kwargs=KEYDOOR_OPTIONS, sampling=sampling
+        tiny,
+        history_len=0,
+        env_id=KEYDOOR,
+        env_kwargs=KEYDOOR_OPTIONS,
+        sampling=sampling,
+        exact_sources=exact_sources,
     )
 
 

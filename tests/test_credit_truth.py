@@ -20,15 +20,15 @@ from agents.models import build_tiny
 from benchmarks.credit_truth import CreditTruthArgs, sample_pool, score_module, task_truth
 from benchmarks.credit_truth import main as credit_truth_main
 from credit.base import CreditContext
-from credit.ground_truth import (
-    evaluate_policy,
+from credit.policy_evaluation import evaluate_policy, reachable_states
+from envs.mdp import StateView, Transition
+from measure.ground_truth import (
     llm_policy_table,
-    reachable_states,
     state_prompt_ids,
     trie_action_logprobs,
     uniform_policy,
 )
-from credit.truth_metrics import (
+from measure.truth_metrics import (
     GradientStats,
     TruthSet,
     gradient_stats,
@@ -37,7 +37,6 @@ from credit.truth_metrics import (
     sign_agreement,
     spearman,
 )
-from envs.mdp import StateView, Transition
 
 CHAIN_ENV_ID = "tests/Chain-v0"
 

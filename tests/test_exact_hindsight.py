@@ -32,13 +32,9 @@ from credit.exact_hindsight import (
     trie_conditionals,
     trie_divergences,
 )
-from credit.ground_truth import (
-    TaskMDPs,
-    evaluate_policy,
-    llm_table_source,
-    reachable_states,
-)
+from credit.policy_evaluation import evaluate_policy, reachable_states
 from envs.mdp import StateView, Transition
+from measure.ground_truth import TaskMDPs, llm_table_source
 
 KEYDOOR = "creditgym/KeyDoor-v0"
 UMBRELLA = "creditgym/Umbrella-v0"

@@ -18,11 +18,11 @@ from agents.trajectory import REWARD_CHANNELS, RewardChannel, Trajectory, outcom
 from benchmarks import leaderboard, records, study
 from benchmarks.run import RunConfig, run, run_name
 from credit.base import verdict
-from credit.ground_truth import MDP_CHANNELS, TaskMDPs
 from credit.grpo import GRPO
 from credit.hcapo import HCAPO, HCAPOOptions
 from credit.hindsight import HCAPO_WORDING, hindsight_block
 from credit.oracle import Oracle
+from measure.ground_truth import MDP_CHANNELS, TaskMDPs
 from tests.credit_cases import scripted_trajectory, tokenised
 from tests.test_exact_hindsight import KEYDOOR, random_table
 from tests.test_leaderboard import made_up_run

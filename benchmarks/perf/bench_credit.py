@@ -40,16 +40,11 @@ from agents.llm import LLMAgent
 from agents.models import LoadedModel, ModelUnavailableError, load_model
 from agents.trajectory import Trajectory
 from benchmarks.perf.timing import machine_state, timed
-from credit.evaluate import EvaluateArgs, collect
 from credit.hcapo import outcome_hindsight
 from credit.hp_rlvr import future_hindsight
-from credit.scoring import (
-    jensen_shannon,
-    score_divergence,
-    score_logprobs,
-    shared_prefix_length,
-)
+from credit.scoring import jensen_shannon, score_divergence, score_logprobs, shared_prefix_length
 from credit.views import TeacherForced, causal_view, hindsight_view
+from measure.key_steps import EvaluateArgs, collect
 
 
 @dataclass(frozen=True)

@@ -23,12 +23,8 @@ from agents.constrained import action_token_sequences
 from agents.llm import LLMAgent
 from agents.models import load_model
 from benchmarks.perf.timing import machine_state, timed
-from credit.ground_truth import (
-    evaluate_policy,
-    llm_policy_table,
-    reachable_states,
-    state_prompt_ids,
-)
+from credit.policy_evaluation import evaluate_policy, reachable_states
+from measure.ground_truth import llm_policy_table, state_prompt_ids
 
 ENV_ID = "creditgym/KeyDoor-v0"
 TARGET_SECONDS = 300.0

@@ -1,4 +1,4 @@
-"""Score a credit module's per-step credit against the exact ground truth (`credit.ground_truth`).
+"""Score a credit module's per-step credit against the exact ground truth (`measure.ground_truth`).
 
 For trajectories sampled from the policy whose truth is known (each step's true state is
 `step.info["mdp_state"]`, `envs.mdp`), per module:
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from agents.trajectory import Trajectory
-from credit.ground_truth import GroundTruth
+from credit.policy_evaluation import GroundTruth, true_advantages
 
 # Below this |A| a key step has no sign to agree with (a forced step, float noise of DP).
 ADVANTAGE_SIGN_TOL = 1e-9
@@ -71,14 +71,6 @@ class TruthSet:
         if trajectory.task_id not in self.truths:
             raise KeyError(f"no ground truth for task {trajectory.task_id!r}")
         return self.truths[trajectory.task_id]
-
-
-def true_advantages(trajectory: Trajectory, truth: GroundTruth) -> np.ndarray:
-    """A(s_t, a_t) of every step, [T] float64, the state read from `info["mdp_state"]`."""
-    return np.array(
-        [truth.advantage(step.info["mdp_state"], step.action) for step in trajectory.steps],
-        dtype=np.float64,
-    )
 
 
 def ranks(values: np.ndarray) -> np.ndarray:
