@@ -81,6 +81,7 @@ from credit.hcapo import HCAPO
 from credit.policy_evaluation import evaluate_policy, true_advantages
 from credit.scoring import score_logprobs
 from credit.views import TeacherForced
+from measure.bootstrap import block_bootstrap_se
 from measure.ground_truth import MDP_CHANNELS, TaskMDPs, trie_action_logprobs
 from measure.prefetch import prefetch_modules
 from measure.truth_metrics import (
@@ -218,29 +219,6 @@ def group_blocks(pool: Sequence[Trajectory]) -> list[list[int]]:
     return list(blocks.values())
 
 
-def bootstrap_se(
-    blocks: Sequence[Sequence[int]],
-    statistic: Callable[[np.ndarray], float],
-    resamples: int,
-    rng: np.random.Generator,
-) -> float:
-    """Standard deviation of `statistic(indices)` over resamples of whole blocks.
-
-    Args:
-        blocks: index lists (the groups); a resample draws len(blocks) of them with
-            replacement and passes their indices, concatenated, to `statistic`.
-    Returns:
-        the standard error; NaN when fewer than two resamples give a finite value.
-    """
-    values = []
-    for _ in range(resamples):
-        chosen = rng.integers(0, len(blocks), size=len(blocks))
-        value = statistic(np.concatenate([np.asarray(blocks[k], dtype=np.int64) for k in chosen]))
-        if math.isfinite(value):
-            values.append(value)
-    return float(np.std(values, ddof=1)) if len(values) >= 2 else float("nan")
-
-
 def agreement_row(
     prepared: PreparedValue,
     credits: Sequence[np.ndarray],
@@ -280,9 +258,9 @@ def agreement_row(
     cosines = cosines[np.isfinite(cosines)]
     return {
         "pearson": agreement.pearson,
-        "pearson_se": bootstrap_se(blocks, resampled_pearson, resamples, rng),
+        "pearson_se": block_bootstrap_se(blocks, resampled_pearson, resamples, rng),
         "key_sign": agreement.key_sign_agreement,
-        "key_sign_se": bootstrap_se(blocks, resampled_sign, resamples, rng),
+        "key_sign_se": block_bootstrap_se(blocks, resampled_sign, resamples, rng),
         "key_steps": float(agreement.key_steps),
         "cos": float(cosines.mean()) if cosines.size else float("nan"),
         "cos_se": float(cosines.std(ddof=1) / math.sqrt(cosines.size))
@@ -395,7 +373,7 @@ def calibration_row(
         ("ratio_sign", ratio_sign),
     ):
         row[name] = statistic(everything)
-        row[f"{name}_se"] = bootstrap_se(step_blocks, statistic, resamples, rng)
+        row[f"{name}_se"] = block_bootstrap_se(step_blocks, statistic, resamples, rng)
     row["ratio_signed_steps"] = float(np.sum(np.abs(steps.exact_log_ratio) > RATIO_SIGN_TOL))
     return row
 

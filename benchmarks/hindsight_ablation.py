@@ -63,11 +63,10 @@ from credit.base import CreditContext, CreditModule, build
 from credit.options import parse_options
 from credit.policy_evaluation import true_advantages
 from credit.scoring import ScoreMemo
-from measure.key_steps import EvaluateArgs, auroc, collect, ranked_trajectories
+from measure.bootstrap import CONFIDENCE, bootstrap_interval
+from measure.key_steps import EvaluateArgs, collect, per_trajectory_auroc
 from measure.prefetch import prefetch_modules
 from measure.truth_metrics import TruthSet, cosine, gradient_estimate, pearson, spearman
-
-CONFIDENCE = 0.95
 
 
 @dataclass(frozen=True)
@@ -262,37 +261,6 @@ def validate(args: AblationArgs) -> tuple[str, list[Variant]]:
 
 
 # --- statistics --------------------------------------------------------------------------
-
-
-def bootstrap_interval(
-    statistic: Callable[[np.ndarray], float], count: int, resamples: np.ndarray
-) -> tuple[float, float]:
-    """Percentile interval of `statistic(indices)` over bootstrap resamples of `count` items.
-
-    Args:
-        statistic: resampled indices [count] -> value (NaN values are dropped).
-        resamples: [R, count] indices into the items (the same for every variant, so
-            intervals are paired).
-    """
-    if count == 0:
-        return math.nan, math.nan
-    values = np.array([statistic(row) for row in resamples[:, :count] % count])
-    values = values[np.isfinite(values)]
-    if values.size == 0:
-        return math.nan, math.nan
-    tail = (1 - CONFIDENCE) / 2 * 100
-    low, high = np.percentile(values, [tail, 100 - tail])
-    return float(low), float(high)
-
-
-def per_trajectory_auroc(
-    trajectories: Sequence[Trajectory], credits: Sequence[np.ndarray], success: bool
-) -> list[float]:
-    """Key-step AUROC of each ranked trajectory with the given outcome (credit_quality's)."""
-    return [
-        auroc(np.asarray(credits[index], dtype=np.float64), labels)
-        for index, labels in ranked_trajectories(trajectories, success)
-    ]
 
 
 def mean_with_interval(

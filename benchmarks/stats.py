@@ -47,10 +47,11 @@ from typing import NamedTuple
 import numpy as np
 import scipy.stats
 
+from measure.bootstrap import CONFIDENCE, percentile_interval
+
 # Bootstrap resamples per interval: the paper's figures use 50,000; 2,000 keep a whole
 # study's intervals within seconds and their ends stable to about 0.01.
 BOOTSTRAP_REPS = 2000
-CONFIDENCE = 0.95
 
 
 class Interval(NamedTuple):
@@ -102,9 +103,7 @@ def _interval(
 ) -> Interval:
     rng = np.random.default_rng(seed)
     draws = [statistic(*(_resample(s, rng) for s in samples)) for _ in range(reps)]
-    tail = 100 * (1 - CONFIDENCE) / 2
-    low, high = np.percentile(draws, [tail, 100 - tail])
-    return Interval(statistic(*samples), float(low), float(high))
+    return Interval(statistic(*samples), *percentile_interval(draws))
 
 
 def probability_of_improvement(

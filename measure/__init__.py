@@ -8,13 +8,14 @@ is read by the entry points, so `credit/` holds only what computes credit.
   source the exact-MDP credit modules are handed through `CreditContext.exact_sources`);
 - `truth_metrics`: a module's credit against the truth (correlations with A(s, a),
   key-step sign agreement, the gradient direction it implies; COCOA, arXiv 2306.16803);
-- `key_steps`: key-step scoring of scripted trajectories on labelled envs (AUROC, P@k);
+- `key_steps`: key-step scoring on labelled envs (the one AUROC, P@k; scripted
+  trajectories);
 - `pools`: trajectory pools of a policy on tasks whose truth is known, and module
   credits over their batches as a trainer would compute them;
 - `prefetch`: every view a set of modules will score, scored once into a score memo;
 - `variants`: the hindsight ablation's variants as data;
-- `bootstrap`: the one bootstrap (percentile interval, block standard error) and AUROC
-  helpers every measurement reports with.
+- `bootstrap`: the one bootstrap (percentile interval, paired resamples, block standard
+  error) every measurement reports with.
 
 The exact-MDP modules (`oracle`, `hca`, `credit.exact_source`) must not import this package
 (a cycle). What they compute with is pure dynamic programming on `envs.mdp` with no model

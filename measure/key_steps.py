@@ -111,6 +111,16 @@ def ranked_trajectories(
     return ranked
 
 
+def per_trajectory_auroc(
+    trajectories: Sequence[Trajectory], credits: Sequence[np.ndarray], success: bool
+) -> list[float]:
+    """Key-step AUROC of each ranked trajectory with the given outcome, in pool order."""
+    return [
+        auroc(np.asarray(credits[index], dtype=np.float64), labels)
+        for index, labels in ranked_trajectories(trajectories, success)
+    ]
+
+
 def precision_at_k(scores: np.ndarray, labels: np.ndarray, k: int) -> float:
     """Expected fraction of key steps among the k top-scored, ties broken at random."""
     threshold = np.sort(scores)[::-1][k - 1]
@@ -143,14 +153,16 @@ def credit_quality(
     """
     rows = {}
     for outcome, wanted in (("success", True), ("failure", False)):
-        aurocs, magnitudes, precisions, chances = [], [], [], []
         chosen = [i for i, traj in enumerate(trajectories) if traj.success == wanted]
-        for i, labels in ranked_trajectories(trajectories, wanted):
-            scores = output.step_advantages[i].astype(np.float64)
-            aurocs.append(auroc(scores, labels))
-            magnitudes.append(auroc(np.abs(scores), labels))
-            precisions.append(precision_at_k(scores, labels, int(labels.sum())))
-            chances.append(labels.mean())
+        credits = output.step_advantages
+        ranked = ranked_trajectories(trajectories, wanted)
+        aurocs = per_trajectory_auroc(trajectories, credits, wanted)
+        magnitudes = per_trajectory_auroc(trajectories, [np.abs(c) for c in credits], wanted)
+        precisions = [
+            precision_at_k(credits[i].astype(np.float64), labels, int(labels.sum()))
+            for i, labels in ranked
+        ]
+        chances = [labels.mean() for _, labels in ranked]
         rows[outcome] = QualityRow(
             trajectories=len(chosen),
             ranked=len(aurocs),

@@ -9,20 +9,25 @@ import numpy as np
 import pytest
 
 import credit
-from benchmarks.decomposition import bootstrap_se, kl_divergence
+from benchmarks.decomposition import kl_divergence
 from benchmarks.decomposition import main as decomposition_main
 from credit.exact_source import EXACT_CLASSES, HCAPOExact
+from measure.bootstrap import block_bootstrap_se
 
 
 def test_bootstrap_se_of_a_mean_over_two_blocks_matches_hand_value():
     """Blocks {0} and {1}: a resample's mean is 0, 1/2 or 1 with probability 1/4, 1/2,
     1/4, so its standard deviation is sqrt(1/8)."""
     values = np.array([0.0, 1.0])
-    se = bootstrap_se([[0], [1]], lambda i: float(values[i].mean()), 4000, np.random.default_rng(0))
+    se = block_bootstrap_se(
+        [[0], [1]], lambda i: float(values[i].mean()), 4000, np.random.default_rng(0)
+    )
     assert se == pytest.approx(math.sqrt(1 / 8), abs=0.01)
     # A statistic every resample agrees on has no error; one never finite has none to give.
-    assert bootstrap_se([[0], [1]], lambda i: 3.0, 50, np.random.default_rng(0)) == 0.0
-    assert math.isnan(bootstrap_se([[0]], lambda i: float("nan"), 50, np.random.default_rng(0)))
+    assert block_bootstrap_se([[0], [1]], lambda i: 3.0, 50, np.random.default_rng(0)) == 0.0
+    assert math.isnan(
+        block_bootstrap_se([[0]], lambda i: float("nan"), 50, np.random.default_rng(0))
+    )
 
 
 def test_kl_divergence_matches_hand_values():
