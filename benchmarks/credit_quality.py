@@ -2,9 +2,9 @@
 
     python -m benchmarks.credit_quality --env sysdiag --credit all --model smollm2-135m
 
-Scripted trajectories (expert, noisy experts, random; `credit.evaluate.collect`) scored by
+Scripted trajectories (expert, noisy experts, random; `measure.key_steps.collect`) scored by
 each module, then the per-trajectory AUROC and P@k of its credit against the env's
-`key_step` labels (`credit/evaluate.py` defines the metrics). Same conventions as
+`key_step` labels (`measure/key_steps.py` defines the metrics). Same conventions as
 `benchmarks.run`: names checked before any work, bad input one line and exit status 2.
 """
 
@@ -30,7 +30,7 @@ from measure.prefetch import prefetch_modules
 def module_names(spec: str) -> list[str]:
     """`all` or a comma-separated list -> names, each one resolvable (else UsageError)."""
     # `all`: every module that can score scripted episodes; those reading the exact MDP
-    # state (oracle, hca) need the policy's own rollouts (benchmarks.credit_truth).
+    # state (oracle, hca) need the policy's own rollouts (measure.pools).
     scoring = sorted(n for n, cls in credit.REGISTRY.items() if "mdp_state" not in cls.reads)
     names = scoring if spec == "all" else [n for n in spec.split(",") if n]
     if not names:

@@ -4,28 +4,15 @@
     python -m benchmarks.credit_truth --env umbrella --sweep-kwarg length --sweep 2 4 8 \\
         --model uniform --noise independent
 
-For each value of the swept env option (KeyDoor's `delay`, Umbrella's `length`):
-1. the policy's exact action table on each of `--tasks` tasks (`credit.ground_truth`:
-   an LLM's constrained-decoding distribution, or the uniform policy with
-   `--model uniform`), then V, Q, A and the exact logit gradient by dynamic programming;
-2. a pool of `--pool` trajectories from that same policy through the rollout engine
-   (`agents.rollout.collect`; G = `--group-size` rollouts per group, groups cycling
-   through the tasks), the LLM prompting without history (the envs are Markov);
-3. every distinct view the hindsight modules score, scored once (one memo for all
-   modules and batch sizes: the weights never change); then per credit module and
-   batch size B: the pool cut into consecutive disjoint batches of
-   B trajectories (whole groups), the module called on each in turn as a trainer would
-   (so stateful modules carry their state from batch to batch), and
-   `credit.truth_metrics` against the truth: Pearson / Spearman of credit with
-   A(s_t, a_t) and key-step sign agreement (from the batches of the smallest B), and per
-   B the mean cosine of the batch gradient with the exact one, the cosine of the mean,
-   and the SNR over the batches.
-
-`--noise shared` plays a group's G rollouts from one reset seed, as a trainer's
-`collect` does: they share the env's random draws (KeyDoor's apples, Umbrella's noise
-and forecast), common random numbers that a group baseline subtracts for free.
-`--noise independent` gives every rollout its own seed on the same task
-(`options={"task_id": ...}`), i.i.d. samples of the task's MDP, as the truth assumes.
+For each value of the swept env option (KeyDoor's `delay`, Umbrella's `length`), the
+measurement of `measure.pools`: the policy's exact table and ground truth on each of
+`--tasks` tasks (an LLM's constrained-decoding distribution, or the uniform policy with
+`--model uniform`), a pool of `--pool` trajectories of that same policy (`--noise shared`
+or `independent`), every distinct view the hindsight modules score scored once
+(`measure.prefetch`), then per credit module and batch size B its credit over the pool's
+batches scored against the truth (`measure.pools.score_module`: Pearson / Spearman with
+A(s_t, a_t) and key-step sign agreement from the smallest B; per B the mean cosine of
+the batch gradient with the exact one, the cosine of the mean, and the SNR).
 
 Writes `results/credit_truth/<name>.csv`, `.md` (with the command) and `.png` (every
 metric against the swept option, one line per module), after every swept value. Run
@@ -49,35 +36,28 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-import gymnasium as gym
 import matplotlib
 
 matplotlib.use("Agg")  # files only
 import matplotlib.pyplot as plt
-import numpy as np
 import tyro
 
 import credit
-import envs
-from agents.episode import play_episode
-from agents.llm import LLMAgent
 from agents.models import LoadedModel
-from agents.rollout import collect
-from agents.tabular import TableAgent
-from agents.trajectory import Trajectory
 from benchmarks import common, lock
 from benchmarks.cli import UsageError, exit_on_usage_error, lookup
-from credit.base import CreditContext, build
-from credit.policy_evaluation import GroundTruth, evaluate_policy, reachable_states
-from credit.scoring import ScoreMemo
-from measure.ground_truth import exact_sources, llm_policy_table, uniform_policy
+from credit.base import build
+from measure.pools import (
+    ROLLOUT_SEED_BASE,
+    PoolError,
+    PoolSettings,
+    check_finite_mdp,
+    prepare_pool,
+    score_module,
+)
 from measure.prefetch import prefetch_modules
-from measure.truth_metrics import TruthSet, gradient_estimate, gradient_stats, step_agreement
 
 UNIFORM = "uniform"
-# Task seeds (for drawing the tasks) and rollout seeds are far apart, so no rollout
-# replays the draw that chose a task.
-ROLLOUT_SEED_BASE = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -130,6 +110,12 @@ class CreditTruthArgs:
     module) the csv of this file name already holds, written by the same configuration,
     is kept, so an interrupted sweep resumes where it stopped."""
 
+    def pool_settings(self) -> PoolSettings:
+        """The options the tasks and the pool are drawn with (`measure.pools`)."""
+        return PoolSettings(
+            **{field.name: getattr(self, field.name) for field in dataclasses.fields(PoolSettings)}
+        )
+
 
 def parse_kwargs(pairs: Sequence[str]) -> dict[str, Any]:
     """`("variance=high", "num_objects=2")` -> {"variance": "high", "num_objects": 2}
@@ -140,8 +126,10 @@ def parse_kwargs(pairs: Sequence[str]) -> dict[str, Any]:
 def validate(args: CreditTruthArgs) -> tuple[str, list[str]]:
     """(env id, credit module names) after checking every option; UsageError otherwise."""
     env_id = common.env_id(args.env)
-    if not envs.ENVS[env_id].finite_mdp:
-        raise UsageError(f"{env_id} does not describe itself as a finite MDP (EnvInfo.finite_mdp)")
+    try:
+        check_finite_mdp(env_id)
+    except PoolError as error:
+        raise UsageError(str(error)) from None
     parse_kwargs(args.env_kwargs)
     names = sorted(credit.REGISTRY) if args.credit == "all" else args.credit.split(",")
     for name in names:
@@ -163,170 +151,6 @@ def validate(args: CreditTruthArgs) -> tuple[str, list[str]]:
 def load_policy(args: CreditTruthArgs) -> LoadedModel | None:
     """The LLM policy, or None for the uniform table."""
     return None if args.model == UNIFORM else common.load_policy(args.model, also_valid=[UNIFORM])
-
-
-def make_env(env_id: str, kwargs: Mapping[str, Any]) -> gym.Env:
-    try:
-        return gym.make(env_id, **kwargs)
-    except (TypeError, ValueError) as error:
-        raise UsageError(
-            f"cannot create {env_id} with {dict(kwargs)} ({error}); --sweep-kwarg names the "
-            "option swept (KeyDoor: delay, Umbrella: length)"
-        ) from error
-
-
-def rollout_agent(policy: LoadedModel, args: CreditTruthArgs, seed: int) -> LLMAgent:
-    """The LLM as the rollout runs it: constrained, no history (the truth needs both)."""
-    return LLMAgent(
-        policy,
-        temperature=args.temperature,
-        max_new_tokens=args.max_new_tokens,
-        history_len=0,
-        constrained=True,
-        seed=seed,
-    )
-
-
-@dataclass(frozen=True)
-class TaskTruth:
-    """One task's exact table and ground truth, and what computing them cost."""
-
-    task_id: str
-    table: Mapping[str, Mapping[str, float]]
-    truth: GroundTruth
-    seconds: float
-
-
-def task_truth(
-    env: gym.Env,
-    env_id: str,
-    seed: int,
-    policy: LoadedModel | None,
-    args: CreditTruthArgs,
-    memo: ScoreMemo | None = None,
-) -> TaskTruth:
-    """Reset `env` with `seed`, describe its task as an MDP, and evaluate the policy on it
-    (the table's views kept in `memo`, where the exact-MDP modules read them again)."""
-    _, info = env.reset(seed=seed)
-    mdp = env.unwrapped.finite_mdp()  # `validate` checked EnvInfo.finite_mdp
-    start = time.perf_counter()
-    if policy is None:
-        table = uniform_policy(mdp, reachable_states(mdp))
-    else:
-        table = llm_policy_table(rollout_agent(policy, args, args.seed), env_id, mdp, memo=memo)
-    truth = evaluate_policy(mdp, table, args.gamma)
-    return TaskTruth(str(info["task_id"]), table, truth, time.perf_counter() - start)
-
-
-def sample_pool(
-    env_id: str,
-    env_kwargs: Mapping[str, Any],
-    task_ids: Sequence[str],
-    tables: Mapping[str, Mapping[str, Mapping[str, float]]],
-    policy: LoadedModel | None,
-    args: CreditTruthArgs,
-    seed: int,
-) -> list[Trajectory]:
-    """`args.pool` trajectories of the policy; group j plays task j mod len(task_ids).
-
-    Each group's rollouts share a reset seed (`shared`, as `collect` gives a trainer) or
-    each has its own (`independent`); either way `group_id` names the group. The LLM
-    plays through the batched rollout engine (`agents.rollout.collect`); the table
-    policy through its reference loop (`agents.episode.play_episode`, which `collect`
-    equals for scripted agents), in this process: worker start-up would cost more than
-    its episodes.
-    """
-    num_groups = args.pool // args.group_size
-    shared = args.noise == "shared"
-    replicas = args.group_size if shared else 1
-    per_group = 1 if shared else args.group_size
-    seeds = [seed + k for k in range(num_groups * per_group)]
-    options = [{"task_id": task_ids[(k // per_group) % len(task_ids)]} for k in range(len(seeds))]
-    if policy is None:
-        agent = TableAgent(tables, seed=seed)
-        env = make_env(env_id, env_kwargs)
-        try:
-            trajectories = [
-                play_episode(env, agent, seed=s, options=o)
-                for s, o in zip(seeds, options, strict=True)
-                for _ in range(replicas)
-            ]
-        finally:
-            env.close()
-    else:
-        trajectories, stats = collect(
-            env_id,
-            rollout_agent(policy, args, seed),
-            seeds,
-            group_size=replicas,
-            num_envs=args.num_envs,
-            env_kwargs=env_kwargs,
-            options=options,
-            progress=False,
-        )
-        if stats.dropped:
-            raise RuntimeError(f"rollout dropped episodes: {stats.dropped[0]}")
-    # In (seed, replica) order, trajectory k belongs to group k // G.
-    return [
-        dataclasses.replace(
-            trajectory, group_id=f"{env_id}/{trajectory.task_id}/group{k // args.group_size}"
-        )
-        for k, trajectory in enumerate(trajectories)
-    ]
-
-
-def module_credits(
-    cls: type, context: CreditContext, pool: Sequence[Trajectory], size: int
-) -> list[np.ndarray]:
-    """Per-step credit ([T_i] each) of the first len(pool) // size * size trajectories.
-
-    A fresh module is called on the pool's consecutive disjoint batches of `size`
-    trajectories (whole groups) in turn, as a trainer would, so a stateful module carries
-    its state from batch to batch.
-    """
-    module = build(cls, context)
-    credits: list[np.ndarray] = []
-    for start in range(0, len(pool) - size + 1, size):
-        credits.extend(module(pool[start : start + size]).step_advantages)
-    return credits
-
-
-def score_module(
-    module_name: str,
-    context: CreditContext,
-    pool: Sequence[Trajectory],
-    truths: TruthSet,
-    batch_sizes: Sequence[int],
-) -> dict[str, float]:
-    """One table row: correlations, key-step sign agreement and per-B gradient statistics."""
-    cls = credit.resolve(module_name)
-    exact = truths.exact_gradient()
-    row: dict[str, float] = {}
-    for size in sorted(batch_sizes):
-        credits = module_credits(cls, context, pool, size)
-        trajectories = pool[: len(credits)]
-        estimates = [
-            gradient_estimate(trajectories[s : s + size], credits[s : s + size], truths)
-            for s in range(0, len(credits), size)
-        ]
-        stats = gradient_stats(np.stack(estimates), exact)
-        if not row:  # correlations from the smallest batch size: the most batches
-            agreement = step_agreement(trajectories, credits, truths)
-            row.update(
-                pearson=agreement.pearson,
-                spearman=agreement.spearman,
-                key_sign=agreement.key_sign_agreement,
-                key_steps=float(agreement.key_steps),
-            )
-        row.update(
-            {
-                f"cos@{size}": stats.cosine,
-                f"cos_mean@{size}": stats.cosine_of_mean,
-                f"snr@{size}": stats.snr,
-                f"batches@{size}": float(stats.batches),
-            }
-        )
-    return row
 
 
 def run_name(args: CreditTruthArgs, env_id: str) -> str:
@@ -384,86 +208,6 @@ def plot(rows: Sequence[Mapping[str, Any]], args: CreditTruthArgs, title: str, p
     plt.close(figure)
 
 
-@dataclass(frozen=True)
-class PreparedValue:
-    """One swept value's tasks, truth and pool, and the context modules are built from.
-
-    Attributes:
-        truths: every task's exact ground truth.
-        pool: the sampled trajectories (whole groups, `sample_pool`).
-        context: what a run offers a module; its `score_memo` holds every score (the
-            weights never change here), so each distinct view is scored once.
-        exact_return: the policy's expected return by dynamic programming (task mean).
-        sampled_return: the pool's mean return.
-    """
-
-    truths: TruthSet
-    pool: list[Trajectory]
-    context: CreditContext
-    exact_return: float
-    sampled_return: float
-
-
-def prepare_value(
-    args: CreditTruthArgs,
-    env_id: str,
-    env_kwargs: Mapping[str, Any],
-    policy: LoadedModel | None,
-    sweep_value: int,
-) -> PreparedValue:
-    """Ground truth of `args.tasks` tasks and a pool of the policy at one swept value."""
-    # One memo for the tables and every module and batch size: the weights never change
-    # here, so each distinct view is scored once.
-    memo = ScoreMemo()
-    env = make_env(env_id, env_kwargs)
-    try:
-        task_truths = [
-            task_truth(env, env_id, args.seed + k, policy, args, memo) for k in range(args.tasks)
-        ]
-    finally:
-        env.close()
-    truths = TruthSet(
-        {t.task_id: t.truth for t in task_truths},
-        {t.task_id: 1.0 / len(task_truths) for t in task_truths},
-    )
-    if len(truths.truths) < len(task_truths):
-        raise UsageError(f"the {args.tasks} task seeds drew the same task twice")
-    start = time.perf_counter()
-    pool = sample_pool(
-        env_id,
-        env_kwargs,
-        [t.task_id for t in task_truths],
-        {t.task_id: t.table for t in task_truths},
-        policy,
-        args,
-        ROLLOUT_SEED_BASE * (args.seed + 1) + 10_000 * sweep_value,
-    )
-    rollout_seconds = time.perf_counter() - start
-    sampled_return = float(np.mean([t.total_return for t in pool]))
-    exact_return = float(np.mean([t.truth.expected_return for t in task_truths]))
-    print(
-        f"{args.sweep_kwarg}={sweep_value}: {len(pool)} trajectories in {rollout_seconds:.0f} s, "
-        f"mean return {sampled_return:.3f} (exact {exact_return:.3f}); ground truth of "
-        f"{len(task_truths)} tasks ({sum(len(t.truth.states) for t in task_truths)} states) "
-        f"in {sum(t.seconds for t in task_truths):.1f} s",
-        flush=True,
-    )
-    # In one batched pass, a view's prompt prefix shared by the modules' views; a batch
-    # size after the first reads its scores from the memo.
-    context = CreditContext(
-        policy=policy,
-        history_len=0,
-        generation_cache_bytes=0,
-        score_memo=memo,
-        # The exact-MDP modules (oracle, hca) read the env and the rollout's sampling.
-        env_id=env_id,
-        env_kwargs=env_kwargs,
-        sampling=None if policy is None else rollout_agent(policy, args, args.seed).config,
-        exact_sources=exact_sources,
-    )
-    return PreparedValue(truths, pool, context, exact_return, sampled_return)
-
-
 def score_value(
     args: CreditTruthArgs,
     env_id: str,
@@ -473,7 +217,17 @@ def score_value(
     sweep_value: int,
 ) -> list[dict[str, Any]]:
     """Ground truth, pool and every module's scores at one value of the swept option."""
-    prepared = prepare_value(args, env_id, env_kwargs, policy, sweep_value)
+    try:
+        prepared = prepare_pool(
+            args.pool_settings(),
+            env_id,
+            env_kwargs,
+            policy,
+            f"{args.sweep_kwarg}={sweep_value}",
+            ROLLOUT_SEED_BASE * (args.seed + 1) + 10_000 * sweep_value,
+        )
+    except PoolError as error:
+        raise UsageError(str(error)) from error
     context, pool = prepared.context, prepared.pool
     if policy is not None:
         start = time.perf_counter()

@@ -10,20 +10,20 @@ policy reads the outcome). On an env that describes itself as a finite MDP the h
 distribution is exact (Harutyunyan et al. 2019, arXiv 1912.02503;
 `credit.exact_hindsight`), so the two separate. Per setting (an env and one option, e.g.
 `keydoor:delay=4`) and per policy model, on one pool of that model's rollouts and that
-model's exact ground truth (`benchmarks.credit_truth.prepare_value`):
+model's exact ground truth (`measure.pools.prepare_pool`):
 
 1. each hindsight module twice, with the same formula and options: its `exact` source
    (`credit.exact_source.EXACT_CLASSES`: exact per-token hindsight from the return-to-go
    law) and its `model` source (the registered module: the policy's own hindsight pass).
    Both are scored against A as `benchmarks.credit_truth` scores them (Pearson of credit
    with A over every step, key-step sign agreement, mean cosine of one batch's gradient
-   with the exact gradient; `credit.truth_metrics`). The exact row measures the formula;
+   with the exact gradient; `measure.truth_metrics`). The exact row measures the formula;
    the drop from it to the model row measures the model;
 2. the model's hindsight calibration over the pool's visited steps (an estimate of E_s
    under the policy's visit distribution): KL(h_exact(. | s_t, V) || h_model(. | s_t, V)),
    with h_model the constrained distribution over the state's commands that the model
    gives under HCAPO's hindsight prompt (the verdict V of the episode and its final
-   action; `credit.ground_truth.trie_action_logprobs` at the rollout's sampling settings,
+   action; `measure.ground_truth.trie_action_logprobs` at the rollout's sampling settings,
    as the policy table is built), beside KL(h_exact || pi) (what ignoring the outcome
    would cost); and the agreement of the ratios h / pi at the taken action: Pearson of
    log(h_model / pi) with log(h_exact / pi), and the fraction of steps with
@@ -64,16 +64,6 @@ from agents.models import LoadedModel
 from agents.trajectory import REWARD_CHANNELS, Trajectory
 from benchmarks import common, lock
 from benchmarks.cli import UsageError, exit_on_usage_error
-from benchmarks.credit_truth import (
-    CreditTruthArgs,
-    PreparedValue,
-    format_table,
-    load_policy,
-    module_credits,
-    parse_kwargs,
-    prepare_value,
-    validate,
-)
 from benchmarks.records import JsonlAppender, iter_jsonl
 from credit.base import build
 from credit.exact_source import EXACT_CLASSES, HCAPOExact
@@ -83,6 +73,15 @@ from credit.scoring import score_logprobs
 from credit.views import TeacherForced
 from measure.bootstrap import block_bootstrap_se
 from measure.ground_truth import MDP_CHANNELS, TaskMDPs, trie_action_logprobs
+from measure.pools import (
+    ROLLOUT_SEED_BASE,
+    PoolError,
+    PoolSettings,
+    PreparedPool,
+    check_finite_mdp,
+    module_credits,
+    prepare_pool,
+)
 from measure.prefetch import prefetch_modules
 from measure.truth_metrics import (
     TruthSet,
@@ -152,29 +151,42 @@ def parse_setting(text: str) -> Setting:
     env, sep, options = text.partition(":")
     if not sep or not env or not options:
         raise UsageError(f"--settings takes env:key=value[,key=value], got {text!r}")
-    return Setting(text, env, parse_kwargs(options.split(",")))
+    return Setting(text, env, common.env_options(options.split(","), "--settings"))
 
 
-def truth_args(args: DecompositionArgs, setting: Setting, model: str, pool: int) -> CreditTruthArgs:
-    """The `benchmarks.credit_truth` configuration of one cell (its pool, truth and sampling)."""
+def pool_option(setting: Setting) -> tuple[str, int]:
+    """The setting's first option and its integer value, which seeds the pool."""
     key, value = next(iter(setting.kwargs.items()))
     if not isinstance(value, int):
         raise UsageError(
             f"{setting.label}: the first option must be an integer (it seeds the pool)"
         )
-    return CreditTruthArgs(
-        env=setting.env,
-        credit=",".join(args.modules),
-        model=model,
-        sweep_kwarg=key,
-        sweep=(value,),
-        env_kwargs=tuple(f"{k}={v}" for k, v in list(setting.kwargs.items())[1:]),
+    return key, value
+
+
+def pool_settings(args: DecompositionArgs, pool: int) -> PoolSettings:
+    """How a cell's tasks are drawn and its pool sampled (`measure.pools`)."""
+    return PoolSettings(
         tasks=args.tasks,
         pool=pool,
         group_size=args.group_size,
-        batch_sizes=(args.group_size,),
+        noise="shared",
+        temperature=1.0,
+        gamma=1.0,
+        max_new_tokens=48,
+        num_envs=8,
         seed=args.seed,
     )
+
+
+def setting_env_id(setting: Setting) -> str:
+    """The setting's registered env id; UsageError unless it is a finite MDP."""
+    env_id = common.env_id(setting.env)
+    try:
+        check_finite_mdp(env_id)
+    except PoolError as error:
+        raise UsageError(str(error)) from None
+    return env_id
 
 
 def validate_args(args: DecompositionArgs) -> list[tuple[Setting, str, int]]:
@@ -193,9 +205,12 @@ def validate_args(args: DecompositionArgs) -> list[tuple[Setting, str, int]]:
             raise UsageError(
                 f"no exact-source class for {name!r}; valid: {', '.join(sorted(EXACT_CLASSES))}"
             )
+    if args.group_size < 1 or args.tasks < 1:
+        raise UsageError("--group-size and --tasks must be >= 1")
     settings = [parse_setting(text) for text in args.settings]
     for setting in settings:
-        validate(truth_args(args, setting, args.models[0], args.pools[0]))
+        setting_env_id(setting)
+        pool_option(setting)
     for pool in args.pools:
         if pool < 2 * args.group_size or pool % args.group_size:
             raise UsageError(f"pool {pool} must be a multiple of --group-size, at least two groups")
@@ -220,7 +235,7 @@ def group_blocks(pool: Sequence[Trajectory]) -> list[list[int]]:
 
 
 def agreement_row(
-    prepared: PreparedValue,
+    prepared: PreparedPool,
     credits: Sequence[np.ndarray],
     batch_size: int,
     resamples: int,
@@ -293,7 +308,7 @@ def kl_divergence(p: np.ndarray, log_p: np.ndarray, log_q: np.ndarray) -> float:
     return float(np.sum(p[support] * (log_p[support] - log_q[support])))
 
 
-def calibration(prepared: PreparedValue, policy: LoadedModel) -> StepCalibration:
+def calibration(prepared: PreparedPool, policy: LoadedModel) -> StepCalibration:
     """`StepCalibration` of every step of the pool (see the module docstring, item 2).
 
     h_model(c | s_t, V) is the policy's constrained distribution over s_t's commands
@@ -340,7 +355,7 @@ def calibration(prepared: PreparedValue, policy: LoadedModel) -> StepCalibration
 
 
 def calibration_row(
-    prepared: PreparedValue, steps: StepCalibration, resamples: int, rng: np.random.Generator
+    prepared: PreparedPool, steps: StepCalibration, resamples: int, rng: np.random.Generator
 ) -> dict[str, float]:
     """Means and agreements of `steps`, with bootstrap errors over the pool's groups."""
     offsets = np.cumsum([0] + [traj.length for traj in prepared.pool])
@@ -378,16 +393,16 @@ def calibration_row(
     return row
 
 
-def on_channel(prepared: PreparedValue, channel: str, mdps: TaskMDPs) -> PreparedValue:
+def on_channel(prepared: PreparedPool, channel: str, mdps: TaskMDPs) -> PreparedPool:
     """`prepared` paid on `channel`: its pool through the channel, its truth that of the
-    channel's MDP (`credit.ground_truth.MDP_CHANNELS`) under the same policy tables, and
+    channel's MDP (`measure.ground_truth.MDP_CHANNELS`) under the same policy tables, and
     a context that tells the exact modules the channel (the scores' memo shared)."""
     truths = {
         task_id: evaluate_policy(MDP_CHANNELS[channel](mdps(task_id)), truth.policy, truth.gamma)
         for task_id, truth in prepared.truths.truths.items()
     }
     pool = [REWARD_CHANNELS[channel](trajectory) for trajectory in prepared.pool]
-    return PreparedValue(
+    return PreparedPool(
         TruthSet(truths, prepared.truths.weights),
         pool,
         dataclasses.replace(prepared.context, reward_channel=channel),
@@ -410,11 +425,21 @@ def run_cell(
     args: DecompositionArgs, setting: Setting, model: str, pool: int, policy: LoadedModel
 ) -> dict[str, Any]:
     """One record: every module with both sources, and the model's calibration."""
-    cell_args = truth_args(args, setting, model, pool)
-    env_id, _ = validate(cell_args)
+    env_id = setting_env_id(setting)
+    key, value = pool_option(setting)
     start = time.perf_counter()
     kwargs = dict(setting.kwargs)
-    sampled = prepare_value(cell_args, env_id, kwargs, policy, cell_args.sweep[0])
+    try:
+        sampled = prepare_pool(
+            pool_settings(args, pool),
+            env_id,
+            kwargs,
+            policy,
+            f"{key}={value}",
+            ROLLOUT_SEED_BASE * (args.seed + 1) + 10_000 * value,
+        )
+    except PoolError as error:
+        raise UsageError(str(error)) from error
     mdps = TaskMDPs(env_id, kwargs)
     rng = np.random.default_rng(args.seed)
     rows, calibrations = [], []
@@ -531,6 +556,11 @@ def markdown(cells: Sequence[Mapping[str, Any]], command: str) -> str:
     )
 
 
+def format_table(rows: Sequence[Mapping[str, str]], columns: Sequence[str]) -> str:
+    """A markdown table of cells already written as text."""
+    return common.markdown_table(columns, [[str(row[c]) for c in columns] for row in rows])
+
+
 # The csv's columns, in this order whichever way the records were read back.
 CELL_KEY = ["setting", "model", "pool", "channel"]
 AGREEMENT_COLUMNS = [*CELL_KEY, "module", "source", "credit", "pearson", "pearson_se"]
@@ -583,7 +613,7 @@ def run(args: DecompositionArgs, argv: Sequence[str]) -> Path:
                     continue
                 if model not in policies:
                     policies.clear()  # one model in memory at a time
-                    policies[model] = load_policy(truth_args(args, setting, model, pool))
+                    policies[model] = common.load_policy(model)
                 print(f"{setting.label} with {model} (pool {pool}):", flush=True)
                 record = run_cell(args, setting, model, pool, policies[model])
                 appender.append(record)

@@ -7,14 +7,14 @@ HCAPO (arXiv 2603.08754) and HP-RLVR (Chen et al. 2026) leave choices open
 (docs/hindsight_ablation.md): what the hindsight block shows and where it sits, HCAPO's
 temperature, clip, gamma^(T-t) factor, do-no-harm, length normalisation and whether
 the ratio is taken against the causal view, HP-RLVR's weight normalisation and eligible
-tokens. `VARIANTS` names each as (module, `--credit-options` pairs); every variant scores
-the SAME trajectories:
+tokens. `measure.variants.VARIANTS` names each as (module, `--credit-options` pairs);
+every variant scores the SAME trajectories:
 
-- SysDiag, ALFWorld (`credit.evaluate.collect`: expert, noisy experts, random agent): the
+- SysDiag, ALFWorld (`measure.key_steps.collect`: expert, noisy experts, random agent): the
   per-trajectory key-step AUROC within successful (and failed) trajectories, as
   `benchmarks.credit_quality` computes it, with a bootstrap 95 % interval over
   trajectories;
-- KeyDoor, Umbrella (finite MDPs, `benchmarks.credit_truth`): a pool sampled from the
+- KeyDoor, Umbrella (finite MDPs, `measure.pools`): a pool sampled from the
   policy itself, with its exact ground truth; the modules called batch after batch as
   a trainer would; Pearson and Spearman of credit with A(s_t, a_t) (bootstrap over
   trajectories), key-step sign agreement, the mean cosine of the batch gradient with the
@@ -24,7 +24,7 @@ the SAME trajectories:
 Cost: one teacher-forced pass per distinct view. The variants that only post-process
 scores (temperature, clip, gamma, do-no-harm, normalisations) reuse their base views
 through a `credit.scoring.ScoreMemo`; the block variants of one step are scored together
-with their common prompt prefix run once (`credit.scoring.prefetch`).
+with their common prompt prefix run once (`measure.prefetch`).
 
 Writes `results/hindsight_ablation/<name>.csv` and `.md` (with the command). Usage errors:
 one line, exit 2.
@@ -52,137 +52,22 @@ from agents.models import LoadedModel
 from agents.trajectory import Trajectory
 from benchmarks import common, lock
 from benchmarks.cli import UsageError, exit_on_usage_error, lookup
-from benchmarks.credit_truth import (
-    CreditTruthArgs,
-    parse_kwargs,
-    sample_pool,
-    task_truth,
-)
-from benchmarks.credit_truth import make_env as make_truth_env
 from credit.base import CreditContext, CreditModule, build
 from credit.options import parse_options
 from credit.policy_evaluation import true_advantages
 from credit.scoring import ScoreMemo
 from measure.bootstrap import CONFIDENCE, bootstrap_interval
 from measure.key_steps import EvaluateArgs, collect, per_trajectory_auroc
+from measure.pools import (
+    ROLLOUT_SEED_BASE,
+    PoolError,
+    PoolSettings,
+    draw_task_truths,
+    sample_pool,
+)
 from measure.prefetch import prefetch_modules
 from measure.truth_metrics import TruthSet, cosine, gradient_estimate, pearson, spearman
-
-
-@dataclass(frozen=True)
-class Variant:
-    """One row of the ablation: a registered module with some options named.
-
-    Attributes:
-        name: the row's label (`module` alone for the defaults).
-        module: registered credit module.
-        options: `--credit-options` pairs (`credit.options`), empty for the defaults.
-        what: the choice it changes, in words.
-    """
-
-    name: str
-    module: str
-    options: tuple[tuple[str, str], ...]
-    what: str
-
-
-def _v(name: str, module: str, what: str, **options: str) -> Variant:
-    return Variant(name, module, tuple(options.items()), what)
-
-
-HP = {"wording": "hp_rlvr"}  # HCAPO block variants in HP-RLVR's words share its views
-VARIANTS: tuple[Variant, ...] = (
-    _v("grpo", "grpo", "trajectory-level reference (one value per trajectory)"),
-    _v("gigpo", "gigpo", "anchor-state step term"),
-    _v("hcapo", "hcapo", "default: paper form (final_action block, T 5, clip 0.8-1.2, gamma)"),
-    _v("hcapo:T1", "hcapo", "temperature 1", temperature="1"),
-    _v("hcapo:clip0.5-2", "hcapo", "clip [0.5, 2]", clip="0.5,2"),
-    _v("hcapo:noclip", "hcapo", "no clip", clip="0,inf"),
-    _v("hcapo:gamma1", "hcapo", "no gamma^(T-t) factor", gamma="1"),
-    _v("hcapo:harm", "hcapo", "do-no-harm off", do_no_harm="false"),
-    _v("hcapo:action_tokens", "hcapo", "|a_t| = command tokens", length_normalisation="action"),
-    _v("hcapo:contrast", "hcapo", "log pi_hind - log pi_causal", causal_contrast="true"),
-    _v("hcapo:block_outcome", "hcapo", "block: outcome only", hindsight="outcome", **HP),
-    _v("hcapo:block_feedback", "hcapo", "block: + feedback", hindsight="feedback", **HP),
-    _v(
-        "hcapo:block_final_action_hpw",
-        "hcapo",
-        "default block in HP-RLVR's words",
-        hindsight="final_action",
-        **HP,
-    ),
-    _v("hcapo:block_final", "hcapo", "block: + final observation", hindsight="final", **HP),
-    _v("hcapo:block_future", "hcapo", "block: + realised future", hindsight="future", **HP),
-    _v("hcapo:after_task", "hcapo", "block after the task line", hindsight_position="after_task"),
-    _v(
-        "hcapo:after_instruction",
-        "hcapo",
-        "block after the instruction",
-        hindsight_position="after_instruction",
-    ),
-    _v(
-        "hcapo:gamma1+noclip",
-        "hcapo",
-        "no gamma factor, no clip",
-        gamma="1",
-        clip="0,inf",
-    ),
-    _v(
-        "hcapo:gamma1+noclip+T1",
-        "hcapo",
-        "no gamma factor, no clip, T 1",
-        gamma="1",
-        clip="0,inf",
-        temperature="1",
-    ),
-    _v(
-        "hcapo:gamma1+noclip+contrast",
-        "hcapo",
-        "no gamma factor, no clip, causal contrast",
-        gamma="1",
-        clip="0,inf",
-        causal_contrast="true",
-    ),
-    _v(
-        "hcapo:gamma1+noclip+T1+contrast",
-        "hcapo",
-        "no gamma factor, no clip, T 1, causal contrast",
-        gamma="1",
-        clip="0,inf",
-        temperature="1",
-        causal_contrast="true",
-    ),
-    _v("hcapo_seed", "hcapo_seed", "seed variant: importance ratio x return-to-go"),
-    _v("hp_rlvr", "hp_rlvr", "default: future block, mean-normalised JSD, every token"),
-    _v("hp_rlvr:unnormalised", "hp_rlvr", "w = d (no normalisation)", normalise_weights="false"),
-    _v("hp_rlvr:action_tokens", "hp_rlvr", "eligible: command tokens", eligible_tokens="action"),
-    _v("hp_rlvr:block_outcome", "hp_rlvr", "block: outcome only", hindsight="outcome"),
-    _v("hp_rlvr:block_feedback", "hp_rlvr", "block: + feedback", hindsight="feedback"),
-    _v("hp_rlvr:block_final_action", "hp_rlvr", "block: + final action", hindsight="final_action"),
-    _v("hp_rlvr:block_final", "hp_rlvr", "block: + final observation", hindsight="final"),
-    _v(
-        "hp_rlvr:after_task",
-        "hp_rlvr",
-        "block after the task line",
-        hindsight_position="after_task",
-    ),
-    _v(
-        "hp_rlvr:after_instruction",
-        "hp_rlvr",
-        "block after the instruction",
-        hindsight_position="after_instruction",
-    ),
-    _v(
-        "hp_rlvr:action_tokens+unnormalised",
-        "hp_rlvr",
-        "command tokens, w = d",
-        eligible_tokens="action",
-        normalise_weights="false",
-    ),
-)
-VARIANTS_BY_NAME = {variant.name: variant for variant in VARIANTS}
-# Not a module: the reference row every table starts with (`score_variants`).
-POSITION = Variant("position", "-", (), "reference: credit = step index t (later = more)")
+from measure.variants import POSITION, VARIANTS, VARIANTS_BY_NAME, Variant
 
 
 @dataclass(frozen=True)
@@ -202,7 +87,7 @@ class AblationArgs:
     episodes: int = 32
     """sysdiag / alfworld: scripted episodes (whole groups of --group-size)."""
     noise: float = 0.3
-    """sysdiag / alfworld: the noisy experts' random-action probability (credit.evaluate)."""
+    """sysdiag / alfworld: the noisy experts' random-action probability (measure.key_steps)."""
     env_kwargs: tuple[str, ...] = ()
     """keydoor / umbrella: env options as key=value, e.g. delay=2 or length=4."""
     pool: int = 64
@@ -364,44 +249,37 @@ def collect_scripted(args: AblationArgs, env_id: str) -> Collected:
         seed=args.seed,
     )
     trajectories = collect(evaluate_args)
-    # credit.evaluate rebuilds prompts with K = 2 (its CreditContext default), as here.
+    # measure.key_steps rebuilds prompts with K = 2 (its CreditContext default), as here.
     return Collected(trajectories, 2, None, "scripted: expert, noisy experts, random")
 
 
 def collect_policy(args: AblationArgs, env_id: str, policy: LoadedModel) -> Collected:
     """A pool of the policy's own trajectories and the exact truth of their tasks."""
-    truth_args = CreditTruthArgs(
-        env=env_id,
-        model=args.model,
+    settings = PoolSettings(
         tasks=args.tasks,
         pool=args.pool,
         group_size=args.group_size,
-        batch_sizes=(args.batch_size,),
+        noise="shared",
+        temperature=1.0,
+        gamma=1.0,
+        max_new_tokens=48,
+        num_envs=8,
         seed=args.seed,
     )
-    env_kwargs = parse_kwargs(args.env_kwargs)
-    env = make_truth_env(env_id, env_kwargs)
+    env_kwargs = common.env_options(args.env_kwargs, "--env-kwargs")
     try:
-        task_truths = [
-            task_truth(env, env_id, args.seed + k, policy, truth_args) for k in range(args.tasks)
-        ]
-    finally:
-        env.close()
-    truths = TruthSet(
-        {t.task_id: t.truth for t in task_truths},
-        {t.task_id: 1.0 / len(task_truths) for t in task_truths},
-    )
-    if len(truths.truths) < len(task_truths):
-        raise UsageError(f"the {args.tasks} task seeds drew the same task twice")
-    pool = sample_pool(
-        env_id,
-        env_kwargs,
-        [t.task_id for t in task_truths],
-        {t.task_id: t.table for t in task_truths},
-        policy,
-        truth_args,
-        1_000_000 * (args.seed + 1),
-    )
+        task_truths, truths = draw_task_truths(env_id, env_kwargs, policy, settings)
+        pool = sample_pool(
+            env_id,
+            env_kwargs,
+            [t.task_id for t in task_truths],
+            {t.task_id: t.table for t in task_truths},
+            policy,
+            settings,
+            ROLLOUT_SEED_BASE * (args.seed + 1),
+        )
+    except PoolError as error:
+        raise UsageError(str(error)) from error
     return Collected(pool, 0, truths, f"policy samples ({args.model}, shared noise per group)")
 
 

@@ -1,4 +1,4 @@
-"""Exact ground-truth credit (credit.ground_truth, credit.truth_metrics) against hand values."""
+"""Exact ground-truth credit (credit.policy_evaluation, measure/) against hand values."""
 
 from __future__ import annotations
 
@@ -17,7 +17,6 @@ from agents.base import AgentInput
 from agents.episode import play_episode
 from agents.llm import LLMAgent
 from agents.models import build_tiny
-from benchmarks.credit_truth import CreditTruthArgs, sample_pool, score_module, task_truth
 from benchmarks.credit_truth import main as credit_truth_main
 from credit.base import CreditContext
 from credit.policy_evaluation import evaluate_policy, reachable_states
@@ -28,6 +27,7 @@ from measure.ground_truth import (
     trie_action_logprobs,
     uniform_policy,
 )
+from measure.pools import PoolSettings, sample_pool, score_module, task_truth
 from measure.truth_metrics import (
     GradientStats,
     TruthSet,
@@ -325,15 +325,15 @@ def test_uniform_keydoor_delay_1_advantages_match_hand_values():
 def umbrella_grpo_cosine(length: int, seed: int) -> float:
     """Mean cosine of GRPO's batch gradient (B = 32, G = 8) with the exact one, uniform
     policy on Umbrella of `length`, every rollout its own seed (i.i.d. noise)."""
-    args = CreditTruthArgs(
-        env="umbrella",
-        model="uniform",
-        sweep_kwarg="length",
+    args = PoolSettings(
         tasks=1,
         pool=256,
         group_size=8,
-        batch_sizes=(32,),
         noise="independent",
+        temperature=1.0,
+        gamma=1.0,
+        max_new_tokens=48,
+        num_envs=8,
         seed=seed,
     )
     env = gym.make("creditgym/Umbrella-v0", length=length, num_distractors=0)

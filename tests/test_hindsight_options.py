@@ -11,7 +11,7 @@ from agents.generation_cache import parameter_fingerprint
 from agents.models import build_tiny
 from agents.prompts import INSTRUCTION, build_messages
 from benchmarks.cli import UsageError
-from benchmarks.hindsight_ablation import VARIANTS, main
+from benchmarks.hindsight_ablation import main
 from benchmarks.run import RunConfig, run_identity, run_name, validate
 from credit import REGISTRY
 from credit.base import CreditContext, build
@@ -21,6 +21,7 @@ from credit.hp_rlvr import HPRLVR, HPRLVROptions, future_hindsight
 from credit.options import parse_options
 from credit.scoring import PairedScores, ScoreMemo
 from credit.views import action_span_mask, causal_view
+from measure.variants import VARIANTS
 from tests.credit_cases import scripted_trajectory, tokenised
 
 
