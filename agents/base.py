@@ -121,7 +121,7 @@ class NoisyExpertAgent:
     An epsilon-greedy behaviour policy around the env's plan: it reaches the states an
     expert reaches and still tries every command there, so its transcripts pair each
     action with both outcomes (trainers/warm_start.py learns p(action | state, outcome)
-    from them), and its mistakes still often end in success (credit/evaluate.py mixes it
+    from them), and its mistakes still often end in success (measure/key_steps.py mixes it
     with the expert and the random agent). One uniform draw per step decides, then one
     choice among the commands; a step with no commands offered plays the expert and
     draws nothing.

@@ -102,7 +102,7 @@ class EnvInfo:
         intro: the first line of every prompt on this env (agents/prompts.py): who the
             agent is and how it acts. Part of the env's text: bump the id's `-vN` with it.
         finite_mdp: the env implements `finite_mdp()` (envs/mdp.py): each task is a
-            finite MDP whose ground truth is computed exactly (credit/ground_truth.py),
+            finite MDP whose ground truth is computed exactly (measure/ground_truth.py),
             and its `info` reports the true state (`mdp_state`, `mdp_next_state`).
         tokenizer_episodes: seeded random-agent episodes that the corpus of `small`'s
             tokenizer takes from this env (agents/local_tokenizer.py); 0 (the default):

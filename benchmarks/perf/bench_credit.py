@@ -4,7 +4,7 @@ Targets (docs/performance.md): hindsight scoring <= 0.25 x the generation time o
 (HCAPO, arXiv 2603.08754, reports its hindsight pass at about 8.3 % of an iteration on
 GPUs), and >= 4x faster than a naive one-step-at-a-time loop.
 
-For each env: scripted episodes (expert and noisy expert, as in `credit.evaluate`) give
+For each env: scripted episodes (expert and noisy expert, as in `measure.key_steps`) give
 realistic step prompts; the policy then generates its own response for every step
 (`LLMAgent.act`, batched, timed: "generation"; it fills an
 `agents.generation_cache.GenerationCache` with each prompt's keys and values and each

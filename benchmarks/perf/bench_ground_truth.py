@@ -1,7 +1,7 @@
 """Time of the exact ground truth of an LLM policy on KeyDoor (target: delay 8, smollm2-135m,
 under 5 minutes on a 2-core CPU).
 
-Times the two parts of `credit.ground_truth` separately: the policy's exact action table
+Times the two parts of `measure.ground_truth` separately: the policy's exact action table
 (one teacher-forced view per (state, command), the scoring engine's batched forwards,
 then the trie renormalisation) and the dynamic programming (V, Q, A, visit counts, the
 exact gradient). Prints states, views, scored tokens, wall-clock and CPU seconds; CPU
