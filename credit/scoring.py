@@ -9,16 +9,17 @@ verifier feedback). The engine does this for many steps at once:
   teacher-forced pass, never one pass per token);
 - rows right-padded, sorted by context length and chunked greedily to a memory budget,
   so similar lengths share a chunk and padding stays small;
-- logits are only projected at the action positions (`logits_to_keep` with a boolean
-  [B, L] mask gives [sum_r A_r, V]), so no batch x length x vocabulary tensor exists;
+- logits are only projected at the action positions (`agents.masked_logits`: the
+  decoder's hidden states at a boolean [B, L] mask through the output layer give
+  [sum_r A_r, V]), so no batch x length x vocabulary tensor exists;
   JSD is reduced to one value per token inside the chunk and the distributions dropped;
 - with the policy's generation cache (`agents.generation_cache`), what generation
   already computed is not computed again: a hindsight view loads the keys and values of
   the prompt prefix it shares with its step and runs only the rest; a causal view kept
   from generation takes its distributions from the kept output-layer inputs;
 - `torch.no_grad`, `model.eval()` during scoring and the previous mode restored after, so
-  it works on a model that is being trained, and on peft (LoRA) wrappers, which forward
-  `logits_to_keep` to the wrapped causal LM;
+  it works on a model that is being trained, and on peft (LoRA) wrappers, whose adapter
+  layers sit inside the wrapped causal LM's decoder;
 - a call that lasts more than two seconds shows a bar on stderr, views scored of the
   total, advanced chunk by chunk, its elapsed time redrawn every second
   (`agents.progress.LiveBar`): HP-RLVR's scoring of one ALFWorld batch takes minutes on
@@ -51,6 +52,7 @@ from agents.generation_cache import (
     common_prefix_length,
     parameter_fingerprint,
 )
+from agents.masked_logits import masked_logits
 from agents.models import LoadedModel
 from agents.progress import SHOW_AFTER_S, LiveBar
 from credit.views import TeacherForced
@@ -193,12 +195,13 @@ def _action_log_softmax(loaded: LoadedModel, views: Sequence[TeacherForced]) -> 
         attention_mask[row, : view.length] = 1
         prompt_len = len(view.context_ids)
         keep[row, prompt_len - 1 : view.length - 1] = True
-    logits = model(
+    logits = masked_logits(
+        model,
+        keep.to(device),
         input_ids=input_ids.to(device),
         attention_mask=attention_mask.to(device),
-        logits_to_keep=keep.to(device),
         use_cache=False,
-    ).logits
+    )
     log_probs = torch.log_softmax(logits.float(), dim=-1)
     return list(torch.split(log_probs, [len(view.action_ids) for view in views]))
 
@@ -464,14 +467,15 @@ def _prefixed_log_softmax(
             first = len(view.context_ids) - start - 1  # predicts the first action token
             keep[r, first : first + len(view.action_ids)] = True
         visible = (columns >= 0) & (columns < starts[:, None])
-        logits = model(
+        logits = masked_logits(
+            model,
+            keep.to(device),
             input_ids=suffix_ids.to(device),
             attention_mask=torch.cat([visible.long(), suffix_mask], dim=1).to(device),
             position_ids=(starts[:, None] + torch.arange(width)).to(device),
             past_key_values=cache,
             use_cache=True,
-            logits_to_keep=keep.to(device),
-        ).logits
+        )
         cache.crop(-width)  # back to the prefixes for the next view
         log_probs = torch.log_softmax(logits.float(), dim=-1)
         per_view.append(torch.split(log_probs, [len(view.action_ids) for view in views]))
