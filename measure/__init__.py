@@ -12,7 +12,8 @@ is read by the entry points, so `credit/` holds only what computes credit.
   trajectories);
 - `pools`: trajectory pools of a policy on tasks whose truth is known, and module
   credits over their batches as a trainer would compute them;
-- `prefetch`: every view a set of modules will score, scored once into a score memo;
+- `prefetch`: every view a set of modules will score, scored once into a score memo (the
+  memo, `credit.scoring.ScoreMemo`, stays with the engine that consults it);
 - `variants`: the hindsight ablation's variants as data;
 - `bootstrap`: the one bootstrap (percentile interval, paired resamples, block standard
   error) every measurement reports with.
