@@ -14,7 +14,10 @@ is read by the entry points, so `credit/` holds only what computes credit.
   credits over their batches as a trainer would compute them;
 - `prefetch`: every view a set of modules will score, scored once into a score memo (the
   memo, `credit.scoring.ScoreMemo`, stays with the engine that consults it);
-- `variants`: the hindsight ablation's variants as data;
+- `variants`: the hindsight ablation's variants as data; `ablation`: a variant's figures
+  with paired bootstrap intervals;
+- `decomposition`: a hindsight method's error split into formula and model (exact
+  hindsight against the model's, and the model's hindsight calibration);
 - `bootstrap`: the one bootstrap (percentile interval, paired resamples, block standard
   error) every measurement reports with.
 

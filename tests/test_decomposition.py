@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 import credit
-from benchmarks.decomposition import kl_divergence
 from benchmarks.decomposition import main as decomposition_main
 from credit.exact_source import EXACT_CLASSES, HCAPOExact
 from measure.bootstrap import block_bootstrap_se
+from measure.decomposition import kl_divergence
 
 
 def test_bootstrap_se_of_a_mean_over_two_blocks_matches_hand_value():
