@@ -3,10 +3,11 @@
 pyproject.toml holds ranges; each lock is one exact resolution of them for CPython 3.11 on
 x86-64 Linux (locks/README.md says why uv and what each set is for):
 - `core.txt`: the core dependencies alone, what `pip install creditgym` gives env users;
-- `main.txt`: the dev, train, trl and verl extras, the environment `make` builds (verl
-  0.9.1 itself then goes in without dependencies: its transformers cap is below ours);
-- `trl.txt`: the dev, train and trl extras, TRL's own resolution, which tests compare with
-  `main.txt` (same TRL stack, so the TRL adapter's tests in `.venv` run against it).
+- `main.txt`: the dev, train and trl extras, the environment `make` builds (`.venv`):
+  TRL's own resolution, so the TRL adapter's tests run against it;
+- `verl.txt`: the dev, train and verl extras, verl 0.9.1 with its own dependencies
+  (transformers below 5.11), the second environment `make test` builds (`.venv-verl`)
+  for the verl adapter's tests.
 
 Each lock starts with the sha256 of pyproject's dependency tables (`dependency_digest`), so
 `--check` (and tests/test_packaging_lock.py) tells offline and at once whether a lock is
@@ -42,8 +43,8 @@ class Lock(NamedTuple):
 
 LOCKS = (
     Lock("core.txt", ()),
-    Lock("main.txt", ("dev", "train", "trl", "verl")),
-    Lock("trl.txt", ("dev", "train", "trl")),
+    Lock("main.txt", ("dev", "train", "trl")),
+    Lock("verl.txt", ("dev", "train", "verl")),
 )
 
 

@@ -17,6 +17,11 @@ from dataclasses import replace
 import numpy as np
 import pytest
 import torch
+
+# verl 0.9.1 caps transformers below 5.11: `make test` runs this file in .venv-verl, built
+# from verl's own lock (locks/verl.txt); an environment without verl skips it.
+pytest.importorskip("verl", reason="verl is not installed here (make test runs it in .venv-verl)")
+
 import verl
 from verl import DataProto
 from verl.trainer.ppo.core_algos import get_adv_estimator_fn

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
+from packaging.version import Version
 
 from benchmarks.dependency_locks import LOCKS, dependency_digest, pins, recorded_digest, stale_locks
 
@@ -85,22 +86,20 @@ def test_each_lock_pins_a_version_every_range_admits(lock):
 
 
 def test_the_locks_hold_what_each_install_is_for():
-    core, main, trl = (pins(REPO / "locks" / lock.name) for lock in LOCKS)
+    core, main, verl = (pins(REPO / "locks" / lock.name) for lock in LOCKS)
     # The light install: the environments' packages and none of the training stack.
     assert {"gymnasium", "alfworld", "textworld", "numpy"} <= set(core)
     assert not {"torch", "transformers", "peft", "accelerate", "ray"} & set(core)
-    # The main set holds TRL and what verl's estimators import, not verl itself (its
-    # transformers cap is below creditgym's floor: the Makefile adds it without deps).
-    assert {"trl", "torch", "transformers", "tensordict", "omegaconf"} <= set(main)
+    # The main set is TRL's own resolution (the TRL adapter's tests run in it), no verl.
+    assert {"trl", "torch", "transformers", "peft", "datasets"} <= set(main)
     assert "verl" not in main
-    # TRL's own resolution (no verl extra) is the main set's for the whole TRL stack, so
-    # the TRL adapter's tests in the main environment run against it.
-    trl_stack = {"trl", "transformers", "tokenizers", "accelerate", "datasets", "peft", "torch"}
-    trl_stack |= {"huggingface-hub", "safetensors", "pyarrow"}
-    assert trl_stack <= set(trl)
-    assert {name: main.get(name) for name in trl_stack} == {name: trl[name] for name in trl_stack}
+    # verl with its own dependencies, as `pip install .[verl]` resolves them: its cap
+    # keeps transformers below 5.11, inside creditgym's range (pyproject.toml).
+    assert verl["verl"] == "0.9.1" and "trl" not in verl
+    assert Version(verl["transformers"]) < Version("5.11")
+    assert Version(verl["tensordict"]) >= Version("0.10")
     # Every set shares the CPU build of torch (locks/constraints.txt).
-    assert main["torch"] == trl["torch"] == "2.13.0"
+    assert main["torch"] == verl["torch"] == "2.13.0"
 
 
 def test_this_environment_holds_exactly_the_lock_make_installed_it_from():
