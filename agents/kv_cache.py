@@ -10,13 +10,22 @@ filled part, so a step writes only the new keys and values.
 Continuous batching (`agents.batching`) also needs rows to join a running cache and
 the all-padding columns on its left to go once the rows that needed them have left:
 `join_rows` and `trim_left`.
+
+Teacher-forced re-scoring (`agents.logprobs`) runs a prefix that many rows share once
+and lets every row attend to its keys and values: `shared_prefix_cache`, whose layers
+store nothing, so activation checkpointing may replay them (`checkpoint_with_cache`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+
 import torch
+from torch import nn
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
+from transformers.modeling_layers import GradientCheckpointingLayer
 
 # Spare positions reserved beyond the prompt at the first update (a typical response).
 INITIAL_SPARE = 256
@@ -138,3 +147,71 @@ def growing_cache() -> DynamicCache:
     cache = DynamicCache()
     cache.layer_class_to_replicate = GrowingLayer
     return cache
+
+
+class SharedPrefixLayer(DynamicLayer):
+    """A cache layer that stores nothing: `update` returns a fixed prefix's keys and
+    values, shared by every row of the batch, followed by the new ones.
+
+    Because an update changes no state, a decoder layer that activation checkpointing
+    replays in backward sees the same cache as in its forward pass, and gradients flow
+    through `prefix_keys` / `prefix_values` into whatever computed them, summed over the
+    rows that attended to them. `last_keys` / `last_values` hold the states of the last
+    update (what a pass over the prefix itself records).
+
+    Args:
+        keys, values: the prefix, [1, kv_heads, P, head_dim] each; None for no prefix.
+    """
+
+    def __init__(self, keys: torch.Tensor | None = None, values: torch.Tensor | None = None):
+        super().__init__()
+        self.prefix_keys, self.prefix_values = keys, values
+        self.last_keys: torch.Tensor | None = None
+        self.last_values: torch.Tensor | None = None
+        if keys is not None:
+            self.keys, self.values = keys, values
+            self.device, self.is_initialized = keys.device, True
+
+    def update(
+        self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        self.last_keys, self.last_values = key_states, value_states
+        if self.prefix_keys is None:
+            return key_states, value_states
+        rows = key_states.shape[0]
+        keys = torch.cat([self.prefix_keys.expand(rows, -1, -1, -1), key_states], dim=-2)
+        values = torch.cat([self.prefix_values.expand(rows, -1, -1, -1), value_states], dim=-2)
+        return keys, values
+
+
+def shared_prefix_cache(
+    prefix: Sequence[tuple[torch.Tensor, torch.Tensor]] | None = None,
+) -> DynamicCache:
+    """A `DynamicCache` of `SharedPrefixLayer`s: per layer the prefix's (keys, values),
+    each [1, kv_heads, P, head_dim]; None gives empty layers (created on first use)
+    that record what a pass writes."""
+    cache = DynamicCache()
+    cache.layer_class_to_replicate = SharedPrefixLayer
+    if prefix is not None:
+        cache.layers = [SharedPrefixLayer(keys, values) for keys, values in prefix]
+    return cache
+
+
+@contextmanager
+def checkpoint_with_cache(model: nn.Module) -> Iterator[None]:
+    """Within the block, decoder layers that recompute their activations in backward
+    (`trainers.activation_checkpointing`) keep their cache argument instead of dropping it.
+
+    transformers drops the cache under checkpointing because a writing cache would be
+    written twice when backward replays the layer; a `shared_prefix_cache` writes nothing
+    the replay depends on, so it is safe to keep -- and only such caches may be passed
+    inside this block.
+    """
+    layers = [m for m in model.modules() if isinstance(m, GradientCheckpointingLayer)]
+    try:
+        for layer in layers:
+            layer._can_checkpoint_with_cache = True
+        yield
+    finally:
+        for layer in layers:
+            layer.__dict__.pop("_can_checkpoint_with_cache", None)

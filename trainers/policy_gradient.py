@@ -155,6 +155,13 @@ class PolicyGradientConfig:
     and a small fraction of the memory (a default HP-RLVR run on smollm2-135m went past
     22 GB without it). None (auto): per micro-batch, recompute when its estimated
     activations exceed 1 GiB (`needs_recompute`; `small` on KeyDoor does not)."""
+    shared_prefix: bool | None = None
+    """Run the prompt prefix a micro-batch's steps share (the system and task text) once,
+    with gradient, and let every step attend to it (`agents.logprobs.action_logprobs`):
+    the same log-probs and gradients up to float rounding, for fewer tokens. None (auto):
+    on for LoRA, where a pretrained model's update is the iteration's cost; off for full
+    fine-tuning of `tiny` / `small`, whose updates are bound by per-call overhead (and
+    whose earlier runs keep their arithmetic)."""
     kl_coef: float = 0.0
     """beta of the k3 KL penalty to the starting policy (papers: 0.01; 0 skips the
     reference forward pass, which costs one extra forward per micro-batch)."""
@@ -312,6 +319,7 @@ class PolicyGradientTrainer(TrainerCore):
             loaded, credit, env_id, env_kwargs, sampling, config, run_dir, curve, reward_channel
         )
         self.is_lora = isinstance(self.policy.model, PeftModel)
+        self.share_prefix = self.is_lora if config.shared_prefix is None else config.shared_prefix
         # Built before `resume` loads trained weights: the KL reference is the start.
         self.reference = self._frozen_reference() if config.kl_coef > 0 else None
         self.resume(config.steps * config.ppo_epochs * config.num_minibatches)
@@ -354,6 +362,7 @@ class PolicyGradientTrainer(TrainerCore):
             top_p=sampling.top_p,
             constrained=sampling.constrained,
             tokenizer=self.policy.tokenizer,
+            share_prefix=self.share_prefix,
         )
 
     def _reference_logprobs(
