@@ -33,6 +33,7 @@ from agents.atomic import atomic_folder
 from agents.llm import LLMAgent, SamplingConfig
 from agents.models import MODELS, LoadedModel
 from agents.parsing import is_valid_action
+from agents.precision import has_bfloat16_matmuls
 from agents.progress import SHOW_AFTER_S, LiveBar
 from agents.rollout import EnvWorkers, collect, resolve_env_workers
 from agents.trajectory import TokenBatch, Trajectory, return_channel
@@ -160,6 +161,11 @@ def prepare_policy(
                 f"{lora.target_modules}: {error}"
             ) from error
     elif mode == "full":
+        if has_bfloat16_matmuls(model):
+            raise ValueError(
+                f"{loaded.name!r} computes in bfloat16 (agents.precision): its weights cannot "
+                "be fine-tuned; train a LoRA adapter instead"
+            )
         model.requires_grad_(True)
     # Eval mode throughout: no dropout anywhere, so the teacher-forced log-probs match
     # the sampled ones; gradients flow all the same.

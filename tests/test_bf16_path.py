@@ -1,0 +1,92 @@
+"""bfloat16 matrix products (agents/precision.py): what is converted, and the PPO ratio.
+
+Tolerance of the first epoch's ratio: rollouts and the update run the same
+`BFloat16Linear`s, but a decode step multiplies a few rows and the update whole prompts,
+so the kernels accumulate in float32 in different orders; where two such sums straddle a
+bfloat16 rounding boundary they round one bfloat16 step apart (2^-8 relative), and that
+difference travels through the later layers. On `tiny` (2 layers) below, over 2,216
+action tokens: |log r| at most 4.9e-4, mean 3e-6 (float32 throughout: 9.5e-7, 1.3e-7).
+The bounds, 1e-2 and 1e-4, leave room for another CPU's kernels and stay far below the
+clip range (|log r| < 0.18 for eps = 0.2). smollm2-135m (30 layers) reaches a max of
+about 0.1 and a mean of 1.3e-3 (docs/training.md).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from peft import PeftModel
+
+import tests.rollout_envs  # noqa: F401  (registers Corridor-v0 in this process)
+from agents.llm import LLMAgent
+from agents.logprobs import action_logprobs
+from agents.models import build_tiny
+from agents.precision import (
+    BFloat16Linear,
+    cpu_features,
+    has_bfloat16_matmuls,
+    use_bfloat16_matmuls,
+)
+from agents.rollout import collect
+from agents.trajectory import TokenBatch
+from trainers.core import LoraSettings, prepare_policy
+
+CORRIDOR = "tests.rollout_envs:Corridor-v0"
+MAX_LOG_RATIO = 1e-2
+MEAN_LOG_RATIO = 1e-4
+
+
+def test_decoder_linears_become_bfloat16_and_the_rest_stays_float32():
+    model = build_tiny().model
+    converted = use_bfloat16_matmuls(model)
+    layers = model.config.num_hidden_layers
+    assert converted == 7 * layers  # q, k, v, o, gate, up, down per layer
+    for name, module in model.named_modules():
+        if isinstance(module, BFloat16Linear):
+            assert ".layers." in name and module.weight.dtype == torch.bfloat16
+    assert model.lm_head.weight.dtype == torch.float32
+    assert model.model.embed_tokens.weight.dtype == torch.float32
+    assert all(p.dtype == torch.float32 for n, p in model.named_parameters() if "norm" in n)
+    x = torch.randn(3, 5, model.config.hidden_size)
+    assert model.model.layers[0].mlp.up_proj(x).dtype == torch.float32
+
+
+def test_lora_over_bfloat16_matmuls_trains_float32_adapters_only():
+    loaded = build_tiny()
+    use_bfloat16_matmuls(loaded.model)
+    policy = prepare_policy(loaded, "lora", LoraSettings())
+    assert isinstance(policy.model, PeftModel) and has_bfloat16_matmuls(policy.model)
+    trained = {n: p for n, p in policy.model.named_parameters() if p.requires_grad}
+    assert trained and all("lora_" in n for n in trained)
+    assert all(p.dtype == torch.float32 for p in trained.values())
+
+
+def test_full_finetuning_refuses_bfloat16_weights():
+    loaded = build_tiny()
+    use_bfloat16_matmuls(loaded.model)
+    with pytest.raises(ValueError, match="bfloat16"):
+        prepare_policy(loaded, "full", LoraSettings())
+
+
+def test_first_epoch_ppo_ratio_is_one_within_the_bfloat16_tolerance():
+    torch.set_num_threads(1)
+    loaded = build_tiny()
+    use_bfloat16_matmuls(loaded.model)
+    policy = prepare_policy(loaded, "lora", LoraSettings())
+    agent = LLMAgent(policy, max_new_tokens=24, seed=7)
+    trajectories, _ = collect(
+        CORRIDOR, agent, [0, 1, 2, 3], group_size=4, num_envs=16, progress=False
+    )
+    batch = TokenBatch.from_trajectories(trajectories, loaded.tokenizer.pad_token_id)
+    mask = batch.action_mask.bool()
+    new = action_logprobs(policy.model, batch, trajectories, share_prefix=True)
+    log_ratio = (new.detach() - batch.old_logprobs)[mask].abs()
+    assert mask.sum() > 1000
+    assert log_ratio.max() <= MAX_LOG_RATIO
+    assert log_ratio.mean() <= MEAN_LOG_RATIO
+
+
+def test_cpu_features_name_the_flags_that_decide_the_precision():
+    features = cpu_features()
+    for flag in ("amx_bf16", "avx512_bf16", "avx512f"):
+        assert f"{flag} yes" in features or f"{flag} no" in features
