@@ -1,0 +1,160 @@
+"""Seconds and peak memory of a pretrained policy's GRPO iteration: the old path and the new.
+
+One iteration of `PolicyGradientTrainer` (GRPO, G = 8 over 4 tasks: 32 rollouts) with
+smollm2-135m + LoRA on KeyDoor (delay 4, high variance), the settings of
+`python -m benchmarks.run --env keydoor --env-options delay=4 variance=high --model
+smollm2-135m --credit grpo --tasks-per-step 4` (constrained decoding, no history on a
+Markov env), once per path, each path in a fresh process (peak resident memory only
+grows within a process), one after the other in the same run so that both see the same
+machine load:
+
+- old: float32 throughout, every step's prompt run in full by the update;
+- new: bfloat16 products where this CPU has them natively (`agents.precision`, AMX or
+  AVX-512 BF16; float32 elsewhere), and the update's shared prompt prefix run once per
+  chunk (`PolicyGradientConfig.shared_prefix`, `agents.logprobs`).
+
+Prints the processor's features, each path's rollout and update seconds, step rows,
+peak RSS, gradient norm and clip fraction (0 on the first epoch when the ratio is 1
+within the clip range), and the new / old ratios.
+
+    python -m benchmarks.perf.bench_pretrained_iteration --threads 2
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import resource
+import tempfile
+from dataclasses import dataclass
+
+import torch
+import tyro
+
+from agents.models import load_model
+from agents.precision import cpu_features, native_bfloat16, use_bfloat16_matmuls
+from benchmarks.perf.timing import machine_state
+from credit.grpo import GRPO
+from trainers.policy_gradient import AgentConfig, PolicyGradientConfig, PolicyGradientTrainer
+
+ENV_ID = "creditgym/KeyDoor-v0"
+PATHS = ("old", "new")
+
+
+@dataclass(frozen=True)
+class BenchArgs:
+    """Options of the pretrained-iteration benchmark."""
+
+    model: str = "smollm2-135m"
+    """Policy model name or path (LoRA)."""
+    delay: int = 4
+    """KeyDoor orchard length."""
+    variance: str = "high"
+    """KeyDoor orchard reward variance (`low` / `high`)."""
+    tasks: int = 4
+    """Tasks per iteration; rollouts = tasks x group_size."""
+    group_size: int = 8
+    """Rollouts per task (GRPO's G)."""
+    iterations: int = 1
+    """Iterations per path; the table gives their mean."""
+    threads: int = 2
+    """torch CPU threads of each path's process."""
+    seed: int = 0
+    """Seeds tasks and sampling (the same for both paths)."""
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def measure(config: BenchArgs, path: str, results: dict) -> None:
+    """`config.iterations` training iterations of one path in this (child) process."""
+    torch.set_num_threads(config.threads)
+    loaded = load_model(config.model)
+    bfloat16 = path == "new" and native_bfloat16()
+    if bfloat16:
+        use_bfloat16_matmuls(loaded.model)
+    trainer_config = PolicyGradientConfig(
+        steps=config.iterations,
+        group_size=config.group_size,
+        tasks_per_step=config.tasks,
+        seed=config.seed,
+        checkpoint_every=config.iterations,
+        shared_prefix=path == "new",
+        finetune="lora",
+    )
+    agent = AgentConfig(constrained=True, history_len=0)
+    env_kwargs = {"delay": config.delay, "variance": config.variance}
+    with tempfile.TemporaryDirectory() as run_dir:
+        trainer = PolicyGradientTrainer(
+            loaded, GRPO(), ENV_ID, env_kwargs, agent, trainer_config, run_dir
+        )
+        before = _rss_mb()
+        records = trainer.train()
+
+    def mean(name: str) -> float:
+        return sum(record[name] for record in records) / len(records)
+
+    results[path] = {
+        "precision": "bfloat16 products" if bfloat16 else "float32",
+        "rollout_s": mean("time/rollout_s"),
+        "train_s": mean("time/train_s"),
+        "steps": mean("rollout/traj_length") * mean("rollout/num_trajectories"),
+        "before_mb": before,
+        "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "grad_norm": mean("charts/grad_norm"),
+        "clip_frac": mean("charts/clip_frac"),
+    }
+
+
+def main(config: BenchArgs) -> None:
+    print(machine_state())
+    print(
+        f"processor features: {cpu_features()}; bfloat16 products "
+        f"{'native: the new path uses them' if native_bfloat16() else 'not native: float32'}"
+    )
+    context = multiprocessing.get_context("spawn")
+    with context.Manager() as manager:
+        results = manager.dict()
+        for path in PATHS:
+            child = context.Process(target=measure, args=(config, path, results))
+            child.start()
+            child.join()
+            if child.exitcode != 0:
+                print(f"{path}: the run died (exit code {child.exitcode})")
+        results = dict(results)
+    print(
+        f"\none GRPO iteration, {config.model} + LoRA on KeyDoor delay {config.delay} "
+        f"variance {config.variance}: {config.tasks} tasks x G = {config.group_size}, "
+        f"threads={config.threads}, mean of {config.iterations}"
+    )
+    print(
+        f"{'path':<5}{'precision':>19}{'steps':>7}{'rollout s':>11}{'update s':>10}"
+        f"{'total s':>9}{'RSS before':>12}{'peak RSS':>10}{'grad norm':>11}{'clip':>7}"
+    )
+    for path in PATHS:
+        if path not in results:
+            continue
+        row = results[path]
+        print(
+            f"{path:<5}{row['precision']:>19}{row['steps']:>7.0f}{row['rollout_s']:>11.1f}"
+            f"{row['train_s']:>10.1f}{row['rollout_s'] + row['train_s']:>9.1f}"
+            f"{row['before_mb']:>9.0f} MB{row['peak_mb']:>7.0f} MB{row['grad_norm']:>11.4f}"
+            f"{row['clip_frac']:>7.3f}"
+        )
+    if len(results) == 2:
+        old, new = results["old"], results["new"]
+        print(
+            f"old / new: rollout {old['rollout_s'] / new['rollout_s']:.2f}x, update "
+            f"{old['train_s'] / new['train_s']:.2f}x, iteration "
+            f"{(old['rollout_s'] + old['train_s']) / (new['rollout_s'] + new['train_s']):.2f}x "
+            f"faster; peak RSS {new['peak_mb']:.0f} MB against {old['peak_mb']:.0f} MB"
+        )
+    print(machine_state())
+
+
+if __name__ == "__main__":
+    main(tyro.cli(BenchArgs))
