@@ -19,6 +19,7 @@ import tyro
 
 import envs
 from agents.models import MODELS, LoadedModel, ModelUnavailableError, load_model
+from agents.precision import cpu_features, native_bfloat16, use_bfloat16_matmuls
 from benchmarks.cli import UsageError, lookup, suggest
 
 DTYPES: dict[str, torch.dtype] = {
@@ -26,6 +27,32 @@ DTYPES: dict[str, torch.dtype] = {
     "bfloat16": torch.bfloat16,
     "float16": torch.float16,
 }
+
+
+# The precision `--dtype fast` resolves to on a CPU with native bfloat16 products: float32
+# weights and activations, the decoder layers' products in bfloat16 (agents/precision.py).
+BFLOAT16_PRODUCTS = "bfloat16-products"
+
+
+def resolve_dtype(dtype: str, device: str, model: str) -> str:
+    """The precision a run computes in: `dtype` as given, or for `auto` float32 on a CPU
+    and bfloat16 on CUDA; for `fast` on a CPU, `BFLOAT16_PRODUCTS` where the processor
+    multiplies bfloat16 natively and the model trains a LoRA adapter (full fine-tuning
+    keeps float32: an optimiser must not step bfloat16 weights), else float32."""
+    if dtype not in ("auto", "fast"):
+        return dtype
+    if device.startswith("cuda"):
+        return "bfloat16"
+    registered = MODELS.get(model)
+    full_finetune = registered is not None and registered.full_finetune
+    if dtype == "fast" and native_bfloat16() and not full_finetune:
+        return BFLOAT16_PRODUCTS
+    return "float32"
+
+
+def describe_precision(resolved: str) -> str:
+    """`resolved` (from `resolve_dtype`) and the processor flags that chose it."""
+    return f"{resolved} ({cpu_features()})"
 
 
 def env_id(name: str) -> str:
@@ -59,6 +86,10 @@ def load_policy(
     """`agents.models.load_model` with its one-line error as a UsageError, suggesting close
     registered names (and `also_valid`: an entry point's scripted agents)."""
     try:
+        if dtype == BFLOAT16_PRODUCTS:
+            loaded = load_model(name, device=device)
+            use_bfloat16_matmuls(loaded.model)
+            return loaded
         return load_model(name, device=device, dtype=DTYPES[dtype])
     except ModelUnavailableError as error:
         raise UsageError(f"{error}.{suggest(name, [*MODELS, *also_valid])}") from error

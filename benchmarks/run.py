@@ -145,10 +145,9 @@ DTYPES = common.DTYPES
 
 
 def model_dtype(cfg: RunConfig) -> str:
-    """The policy's weight dtype: --dtype, or for `auto` float32 on CPU, bfloat16 on CUDA."""
-    if cfg.dtype != "auto":
-        return cfg.dtype
-    return "bfloat16" if cfg.device.startswith("cuda") else "float32"
+    """The policy's precision: --dtype, resolved for `auto` and `fast` by the device, the
+    processor and the model (`benchmarks.common.resolve_dtype`)."""
+    return common.resolve_dtype(cfg.dtype, cfg.device, cfg.model)
 
 
 def step_limit(cfg: RunConfig) -> int:
@@ -1036,6 +1035,8 @@ def plan_line(cfg: RunConfig, env_id: str, policy: LoadedModel | None) -> str:
     else:
         work = f"evaluate {cfg.model} on {env_id}: {records.plural(episodes, 'episode')}"
     line = f"{work}, on {cfg.device}"
+    if cfg.dtype == "fast":
+        line += f", --dtype fast: {common.describe_precision(model_dtype(cfg))}"
     parameters = 0 if policy is None else policy.model.num_parameters()
     if torch.device(cfg.device).type == "cpu" and parameters >= SLOW_ON_CPU_PARAMETERS:
         line += f"; a {parameters / 1e6:.0f} M-parameter policy on a CPU: expect tens of minutes"

@@ -124,9 +124,12 @@ class RunConfig:
     `--eval-temperature`, into curve.jsonl (trainers/curve.py); 0: no curve."""
     curve_episodes: int = 32
     """Held-out tasks of each learning-curve point (with `--eval-every`)."""
-    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    dtype: Literal["auto", "float32", "bfloat16", "float16", "fast"] = "auto"
     """Weight dtype of the policy; auto: float32 on a CPU (exact log-prob bookkeeping, fast
-    CPU matmuls), bfloat16 on CUDA (what GPU training uses)."""
+    CPU matmuls), bfloat16 on CUDA (what GPU training uses); fast: on a CPU whose
+    processor has AMX or AVX-512 BF16, a LoRA-trained policy's decoder products in
+    bfloat16 (agents/precision.py; named `bfloat16-products` in the run identity),
+    float32 elsewhere (the same run as float32), bfloat16 on CUDA."""
     threads: int = 1
     """torch CPU threads of the run. 1 by default: on a shared 2-core machine a second
     OpenMP thread spin-waits for a core another process holds (one `small` iteration took

@@ -25,6 +25,7 @@ from agents.precision import (
     BFloat16Linear,
     cpu_features,
     has_bfloat16_matmuls,
+    native_bfloat16,
     use_bfloat16_matmuls,
 )
 from agents.rollout import collect
@@ -90,3 +91,19 @@ def test_cpu_features_name_the_flags_that_decide_the_precision():
     features = cpu_features()
     for flag in ("amx_bf16", "avx512_bf16", "avx512f"):
         assert f"{flag} yes" in features or f"{flag} no" in features
+
+
+def test_dtype_fast_picks_bfloat16_products_only_where_native_and_for_lora():
+    from benchmarks.common import BFLOAT16_PRODUCTS
+    from benchmarks.run import RunConfig, model_dtype, run_name
+
+    native = BFLOAT16_PRODUCTS if native_bfloat16() else "float32"
+    assert model_dtype(RunConfig(dtype="fast", model="smollm2-135m")) == native
+    # full fine-tuning (small, tiny) keeps float32, and so its run names
+    assert model_dtype(RunConfig(dtype="fast", model="small")) == "float32"
+    assert run_name(RunConfig(dtype="fast", model="small")) == run_name(RunConfig(model="small"))
+    # auto is unchanged: float32 on a CPU
+    assert model_dtype(RunConfig(model="smollm2-135m")) == "float32"
+    fast = RunConfig(dtype="fast", model="smollm2-135m")
+    float32 = RunConfig(model="smollm2-135m")
+    assert (run_name(fast) != run_name(float32)) == native_bfloat16()
