@@ -17,7 +17,8 @@ Prints the processor's features, each path's rollout and update seconds, step ro
 peak RSS, gradient norm and clip fraction (0 on the first epoch when the ratio is 1
 within the clip range), and the new / old ratios.
 
-    python -m benchmarks.perf.bench_pretrained_iteration --threads 2
+    python -m benchmarks.perf.bench_pretrained_iteration            # 1 thread
+    python -m benchmarks.perf.bench_pretrained_iteration --threads 2  # on an idle machine
 """
 
 from __future__ import annotations
@@ -56,8 +57,9 @@ class BenchArgs:
     """Rollouts per task (GRPO's G)."""
     iterations: int = 1
     """Iterations per path; the table gives their mean."""
-    threads: int = 2
-    """torch CPU threads of each path's process."""
+    threads: int = 1
+    """torch CPU threads of each path's process; 1 by default: beside another job on the
+    2-core machine, 2 threads made the rollout about 3x slower (a spin-waiting thread)."""
     seed: int = 0
     """Seeds tasks and sampling (the same for both paths)."""
 
