@@ -28,10 +28,10 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from agents.constrained import TokenTrie
-from agents.generation_cache import GenerationCache
-from agents.kv_cache import growing_cache, join_rows, trim_left
-from agents.logprobs import sampling_logprobs
+from creditgym.agents.constrained import TokenTrie
+from creditgym.agents.generation_cache import GenerationCache
+from creditgym.agents.kv_cache import growing_cache, join_rows, trim_left
+from creditgym.agents.logprobs import sampling_logprobs
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from agents.base import AgentAction, AgentInput
+from creditgym.agents.base import AgentAction, AgentInput
 
 WRONG_BODY_ACTION = "write\n```python\n    return None\n```"
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import torch
 from transformers import PreTrainedTokenizerBase
 
-from agents.parsing import ACTION_CLOSE, ACTION_OPEN
+from creditgym.agents.parsing import ACTION_CLOSE, ACTION_OPEN
 
 
 @dataclass

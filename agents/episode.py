@@ -17,8 +17,8 @@ from typing import Any
 
 import gymnasium as gym
 
-from agents.base import Agent, AgentAction, AgentInput
-from agents.trajectory import Step, Trajectory
+from creditgym.agents.base import Agent, AgentAction, AgentInput
+from creditgym.agents.trajectory import Step, Trajectory
 
 
 def group_id(env_id: str, task_id: str, seed: int) -> str:

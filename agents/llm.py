@@ -30,14 +30,14 @@ from dataclasses import dataclass
 import torch
 from transformers import PreTrainedTokenizerBase
 
-from agents.base import AgentAction, AgentInput
-from agents.batching import ContinuousBatch
-from agents.constrained import TokenTrie, build_action_trie
-from agents.generation_cache import GenerationCache
-from agents.logprobs import check_sampling_params
-from agents.models import LoadedModel
-from agents.parsing import ACTION_CLOSE, parse_action
-from agents.prompts import build_messages
+from creditgym.agents.base import AgentAction, AgentInput
+from creditgym.agents.batching import ContinuousBatch
+from creditgym.agents.constrained import TokenTrie, build_action_trie
+from creditgym.agents.generation_cache import GenerationCache
+from creditgym.agents.logprobs import check_sampling_params
+from creditgym.agents.models import LoadedModel
+from creditgym.agents.parsing import ACTION_CLOSE, parse_action
+from creditgym.agents.prompts import build_messages
 
 # Tokens decoded when looking for `</action>` at the end of the response (enough for a
 # byte-level tokenizer, which spells the 9-character tag in 9 tokens).

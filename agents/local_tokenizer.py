@@ -45,18 +45,18 @@ import gymnasium as gym
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
-import envs
-from agents import prompts
-from agents.atomic import atomic_write_text
-from agents.base import RandomAgent
-from agents.chat_tokenizer import (
+from creditgym import envs
+from creditgym.agents import prompts
+from creditgym.agents.atomic import atomic_write_text
+from creditgym.agents.base import RandomAgent
+from creditgym.agents.chat_tokenizer import (
     CHATML_TEMPLATE,
     SPECIAL_TOKENS,
     build_byte_tokenizer,
     chatml_tokenizer,
 )
-from agents.episode import play_episode
-from agents.parsing import ACTION_CLOSE, ACTION_OPEN
+from creditgym.agents.episode import play_episode
+from creditgym.agents.parsing import ACTION_CLOSE, ACTION_OPEN
 
 # Bump with every rebuilt file (a new file name: the old one stays readable in git).
 TOKENIZER_VERSION = 1

@@ -26,10 +26,10 @@ import torch
 from torch import nn
 from transformers import PreTrainedTokenizerBase
 
-from agents.constrained import build_action_trie
-from agents.generation_cache import common_prefix_length
-from agents.kv_cache import checkpoint_with_cache, shared_prefix_cache
-from agents.trajectory import TokenBatch, Trajectory
+from creditgym.agents.constrained import build_action_trie
+from creditgym.agents.generation_cache import common_prefix_length
+from creditgym.agents.kv_cache import checkpoint_with_cache, shared_prefix_cache
+from creditgym.agents.trajectory import TokenBatch, Trajectory
 
 
 def check_sampling_params(temperature: float, top_p: float) -> None:

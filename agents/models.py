@@ -51,8 +51,8 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
-from agents import local_tokenizer
-from agents.chat_tokenizer import (  # noqa: F401  (public here too: CHATML_TEMPLATE, ...)
+from creditgym.agents import local_tokenizer
+from creditgym.agents.chat_tokenizer import (  # noqa: F401  (public here too: CHATML_TEMPLATE, ...)
     CHATML_TEMPLATE,
     SPECIAL_TOKENS,
     build_byte_tokenizer,
@@ -267,10 +267,12 @@ class RegisteredModel:
 
 # Every named model, in one place; anything else is a Hugging Face id or a local folder.
 MODELS: dict[str, RegisteredModel] = {
-    "tiny": RegisteredModel("agents.models:_load_tiny", full_finetune=True),
-    "small": RegisteredModel("agents.models:_load_small", local_tokenizer=True, full_finetune=True),
+    "tiny": RegisteredModel("creditgym.agents.models:_load_tiny", full_finetune=True),
+    "small": RegisteredModel(
+        "creditgym.agents.models:_load_small", local_tokenizer=True, full_finetune=True
+    ),
     "small-warm": RegisteredModel(
-        "trainers.warm_start:load_small_warm", local_tokenizer=True, full_finetune=True
+        "creditgym.trainers.warm_start:load_small_warm", local_tokenizer=True, full_finetune=True
     ),
     "smollm2-135m": RegisteredModel("agents.models:_load_smollm2"),
 }

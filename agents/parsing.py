@@ -14,7 +14,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from agents.trajectory import Step
+from creditgym.agents.trajectory import Step
 
 ACTION_OPEN = "<action>"
 ACTION_CLOSE = "</action>"

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import envs
-from agents.trajectory import Trajectory
-from envs.registry import GENERIC_INTRO
+from creditgym import envs
+from creditgym.agents.trajectory import Trajectory
+from creditgym.envs.registry import GENERIC_INTRO
 
 INSTRUCTION = (
     "Now it's your turn to take an action. First reason step by step inside "

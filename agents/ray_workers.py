@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import ray
 from ray.actor import ActorHandle
 
-from agents.workers import EnvServer, IdleWorkers, Reply, Reset, TakeStep, WorkerGone
+from creditgym.agents.workers import EnvServer, IdleWorkers, Reply, Reset, TakeStep, WorkerGone
 
 # An env actor reserves no CPU in Ray's accounting: a rollout asks for all its actors at
 # once and keeps them between calls, and an actor that cannot be placed would leave its

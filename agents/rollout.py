@@ -36,12 +36,12 @@ from typing import Any, Literal
 
 import gymnasium as gym
 
-from agents.base import Agent, AgentAction, StreamingAgent
-from agents.episode import EpisodeRecorder
-from agents.parsing import is_valid_action
-from agents.progress import LiveBar
-from agents.trajectory import Trajectory
-from agents.workers import (
+from creditgym.agents.base import Agent, AgentAction, StreamingAgent
+from creditgym.agents.episode import EpisodeRecorder
+from creditgym.agents.parsing import is_valid_action
+from creditgym.agents.progress import LiveBar
+from creditgym.agents.trajectory import Trajectory
+from creditgym.agents.workers import (
     EnvWorker,
     EnvWorkerPool,
     Failed,
@@ -52,8 +52,8 @@ from agents.workers import (
     close_workers,
     pool_for,
 )
-from envs.registry import ENVS
-from envs.seeding import REPLICA_OPTION
+from creditgym.envs.registry import ENVS
+from creditgym.envs.seeding import REPLICA_OPTION
 
 # `close_workers` belongs to the rollout's interface: callers stop the workers a `collect`
 # call left running without knowing the pool module.
@@ -77,9 +77,9 @@ EnvWorkers = Literal["auto", "process", "inline", "ray"]
 # Each kind's pool, as "module:Class" imported on use: only a rollout on Ray actors imports
 # Ray (a GPU machine without it still runs every process-pool rollout).
 ENV_WORKERS: dict[str, str] = {
-    "process": "agents.workers:WorkerPool",
-    "inline": "agents.workers:InlinePool",
-    "ray": "agents.ray_workers:RayActorPool",
+    "process": "creditgym.agents.workers:WorkerPool",
+    "inline": "creditgym.agents.workers:InlinePool",
+    "ray": "creditgym.agents.ray_workers:RayActorPool",
 }
 
 
@@ -152,7 +152,7 @@ class _Slot:
 
 def _check_env_id(env_id: str) -> None:
     """ValueError (listing the registered creditgym ids) when `env_id` is unknown."""
-    importlib.import_module("envs")
+    importlib.import_module("creditgym.envs")
     module_name, _, name = env_id.rpartition(":")
     try:
         if module_name:

@@ -13,7 +13,7 @@ import random
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from agents.base import AgentAction, AgentInput
+from creditgym.agents.base import AgentAction, AgentInput
 
 
 def current_mdp_state(info: Mapping[str, Any]) -> str:

@@ -35,7 +35,7 @@ from typing import Any, Protocol
 
 import gymnasium as gym
 
-from agents.episode import env_name, jsonable
+from creditgym.agents.episode import env_name, jsonable
 
 
 @dataclass(frozen=True)
@@ -94,7 +94,7 @@ class WorkerGone(Exception):
 
 
 def _make_env(env_id: str, env_kwargs: Mapping[str, Any]) -> gym.Env:
-    importlib.import_module("envs")  # registers the creditgym ids in this process
+    importlib.import_module("creditgym.envs")  # registers the creditgym ids in this process
     return gym.make(env_id, **env_kwargs)
 
 
@@ -278,7 +278,7 @@ class WorkerPool(IdleWorkers):
         context = mp.get_context("forkserver")
         # Workers fork from a server that has imported these once (effective only before
         # the server's first start), instead of paying the torch import in every worker.
-        context.set_forkserver_preload(["agents.workers", "envs"])
+        context.set_forkserver_preload(["creditgym.agents.workers", "creditgym.envs"])
         parent_conn, child_conn = context.Pipe()
         process = context.Process(
             target=worker_main, args=(child_conn, self.env_id, self.env_kwargs), daemon=True

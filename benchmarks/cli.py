@@ -40,7 +40,7 @@ def lookup(kind: str, name: str, registry: Mapping[str, T]) -> T:
 
 INTERRUPTED_EXIT_CODE = 130  # 128 + SIGINT, what shells report for a Ctrl-C'd command
 # creditgym's packages, whose INFO messages an entry point shows.
-LIBRARY_PACKAGES = ("envs", "agents", "credit", "trainers", "benchmarks")
+LIBRARY_PACKAGES = ("creditgym", "__main__")
 
 
 def show_library_progress() -> None:

@@ -17,10 +17,10 @@ from typing import Any
 import torch
 import tyro
 
-import envs
-from agents.models import MODELS, LoadedModel, ModelUnavailableError, load_model
-from agents.precision import cpu_features, native_bfloat16, use_bfloat16_matmuls
-from benchmarks.cli import UsageError, lookup, suggest
+from creditgym import envs
+from creditgym.agents.models import MODELS, LoadedModel, ModelUnavailableError, load_model
+from creditgym.agents.precision import cpu_features, native_bfloat16, use_bfloat16_matmuls
+from creditgym.benchmarks.cli import UsageError, lookup, suggest
 
 DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32,

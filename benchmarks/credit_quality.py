@@ -17,14 +17,19 @@ import gymnasium as gym
 import torch
 import tyro
 
-import credit
-import envs
-from benchmarks import common
-from benchmarks.cli import UsageError, exit_on_usage_error
-from credit.base import NonFiniteError
-from credit.scoring import ScoreMemo
-from measure.key_steps import EvaluateArgs, QualityRow, build_module, collect, credit_quality
-from measure.prefetch import prefetch_modules
+from creditgym import credit, envs
+from creditgym.benchmarks import common
+from creditgym.benchmarks.cli import UsageError, exit_on_usage_error
+from creditgym.credit.base import NonFiniteError
+from creditgym.credit.scoring import ScoreMemo
+from creditgym.measure.key_steps import (
+    EvaluateArgs,
+    QualityRow,
+    build_module,
+    collect,
+    credit_quality,
+)
+from creditgym.measure.prefetch import prefetch_modules
 
 
 def module_names(spec: str) -> list[str]:

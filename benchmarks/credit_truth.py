@@ -42,12 +42,12 @@ matplotlib.use("Agg")  # files only
 import matplotlib.pyplot as plt
 import tyro
 
-import credit
-from agents.models import LoadedModel
-from benchmarks import common, lock
-from benchmarks.cli import UsageError, exit_on_usage_error, lookup
-from credit.base import build
-from measure.pools import (
+from creditgym import credit
+from creditgym.agents.models import LoadedModel
+from creditgym.benchmarks import common, lock
+from creditgym.benchmarks.cli import UsageError, exit_on_usage_error, lookup
+from creditgym.credit.base import build
+from creditgym.measure.pools import (
     ROLLOUT_SEED_BASE,
     PoolError,
     PoolSettings,
@@ -55,7 +55,7 @@ from measure.pools import (
     prepare_pool,
     score_module,
 )
-from measure.prefetch import prefetch_modules
+from creditgym.measure.prefetch import prefetch_modules
 
 UNIFORM = "uniform"
 

@@ -58,18 +58,18 @@ from typing import Any
 
 import numpy as np
 
-import credit
-from agents.atomic import DamagedFileError, atomic_write_text
-from agents.models import LoadedModel
-from agents.trajectory import REWARD_CHANNELS
-from benchmarks import common, lock
-from benchmarks.cli import UsageError, exit_on_usage_error
-from benchmarks.records import JsonlAppender, iter_jsonl
-from credit.base import build
-from credit.exact_source import EXACT_CLASSES
-from measure.decomposition import agreement_row, calibration, calibration_row, on_channel
-from measure.ground_truth import TaskMDPs
-from measure.pools import (
+from creditgym import credit
+from creditgym.agents.atomic import DamagedFileError, atomic_write_text
+from creditgym.agents.models import LoadedModel
+from creditgym.agents.trajectory import REWARD_CHANNELS
+from creditgym.benchmarks import common, lock
+from creditgym.benchmarks.cli import UsageError, exit_on_usage_error
+from creditgym.benchmarks.records import JsonlAppender, iter_jsonl
+from creditgym.credit.base import build
+from creditgym.credit.exact_source import EXACT_CLASSES
+from creditgym.measure.decomposition import agreement_row, calibration, calibration_row, on_channel
+from creditgym.measure.ground_truth import TaskMDPs
+from creditgym.measure.pools import (
     ROLLOUT_SEED_BASE,
     PoolError,
     PoolSettings,
@@ -77,7 +77,7 @@ from measure.pools import (
     module_credits,
     prepare_pool,
 )
-from measure.prefetch import prefetch_modules
+from creditgym.measure.prefetch import prefetch_modules
 
 CELLS_FILE = "cells.jsonl"
 STEM = "decomposition"
@@ -206,8 +206,10 @@ def validate_args(args: DecompositionArgs) -> list[tuple[Setting, str, int]]:
 
 
 def class_path(cls: type) -> str:
-    """`package.module:Class`, as `--credit` names a class that is not registered."""
-    return f"{cls.__module__}:{cls.__qualname__}"
+    """`package.module:Class`, as `--credit` names a class that is not registered: by its
+    folder (`credit.exact_source:HCAPOExact`), as typed at the repository root and as the
+    committed cells and configs name it (`credit.import_module` finds it installed too)."""
+    return f"{cls.__module__.removeprefix('creditgym.')}:{cls.__qualname__}"
 
 
 # The options a cell's numbers depend on (besides its setting, model and pool).

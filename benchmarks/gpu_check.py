@@ -42,7 +42,7 @@ from functools import partial
 from pathlib import Path
 from typing import TextIO
 
-from benchmarks.gpu_wheels import (
+from creditgym.benchmarks.gpu_wheels import (
     PYTHON_VERSION,
     REPO_ROOT,
     WHEEL_FOLDER,
@@ -211,7 +211,9 @@ def plan(args: argparse.Namespace, work: Path) -> list[Step]:
     if shutil.which("nvidia-smi"):
         query = "--query-gpu=name,memory.total,driver_version,clocks.max.sm"
         steps.insert(0, Step("gpu", 20, ("nvidia-smi", query, "--format=csv")))
-    load = f"from agents.models import load_model; load_model({sizes.model!r}, {device!r})"
+    load = (
+        f"from creditgym.agents.models import load_model; load_model({sizes.model!r}, {device!r})"
+    )
     pytest = (python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--device", device)
     steps += [
         Step("model", 90, (python, "-c", load + "; print('loaded')")),

@@ -40,7 +40,7 @@ import tomllib
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
-from benchmarks.dependency_locks import pins
+from creditgym.benchmarks.dependency_locks import pins
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 WHEELS_DIR = REPO_ROOT / "wheels"

@@ -46,28 +46,27 @@ from typing import Any
 
 import numpy as np
 
-import credit
-import envs
-from agents.models import LoadedModel
-from agents.trajectory import Trajectory
-from benchmarks import common, lock
-from benchmarks.cli import UsageError, exit_on_usage_error, lookup
-from credit.base import CreditContext, CreditModule, build
-from credit.options import parse_options
-from credit.scoring import ScoreMemo
-from measure.ablation import auroc_row, truth_row
-from measure.bootstrap import CONFIDENCE
-from measure.key_steps import EvaluateArgs, collect
-from measure.pools import (
+from creditgym import credit, envs
+from creditgym.agents.models import LoadedModel
+from creditgym.agents.trajectory import Trajectory
+from creditgym.benchmarks import common, lock
+from creditgym.benchmarks.cli import UsageError, exit_on_usage_error, lookup
+from creditgym.credit.base import CreditContext, CreditModule, build
+from creditgym.credit.options import parse_options
+from creditgym.credit.scoring import ScoreMemo
+from creditgym.measure.ablation import auroc_row, truth_row
+from creditgym.measure.bootstrap import CONFIDENCE
+from creditgym.measure.key_steps import EvaluateArgs, collect
+from creditgym.measure.pools import (
     ROLLOUT_SEED_BASE,
     PoolError,
     PoolSettings,
     draw_task_truths,
     sample_pool,
 )
-from measure.prefetch import prefetch_modules
-from measure.truth_metrics import TruthSet
-from measure.variants import POSITION, VARIANTS, VARIANTS_BY_NAME, Variant
+from creditgym.measure.prefetch import prefetch_modules
+from creditgym.measure.truth_metrics import TruthSet
+from creditgym.measure.variants import POSITION, VARIANTS, VARIANTS_BY_NAME, Variant
 
 
 @dataclass(frozen=True)

@@ -41,12 +41,12 @@ import numpy as np
 import pandas as pd
 import tyro
 
-import credit
-from agents.atomic import atomic_write_text
-from agents.trajectory import DEFAULT_REWARD_CHANNEL
-from benchmarks import plots, records, stats
-from benchmarks.cli import UsageError, exit_on_usage_error
-from credit.base import is_oracle
+from creditgym import credit
+from creditgym.agents.atomic import atomic_write_text
+from creditgym.agents.trajectory import DEFAULT_REWARD_CHANNEL
+from creditgym.benchmarks import plots, records, stats
+from creditgym.benchmarks.cli import UsageError, exit_on_usage_error
+from creditgym.credit.base import is_oracle
 
 # Fewer seeds than this in either row and the bootstrap is too coarse for a verdict.
 MIN_SEEDS_FOR_VERDICT = 3

@@ -26,7 +26,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from benchmarks.cli import UsageError
+from creditgym.benchmarks.cli import UsageError
 
 # Inside a run folder; hidden, so globs and `records.run_dirs` never take it for output.
 RUN_LOCK_FILE = ".lock"

@@ -36,7 +36,12 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from agents.atomic import DamagedFileError, atomic_write_text, cut_torn_tail, jsonl_records
+from creditgym.agents.atomic import (
+    DamagedFileError,
+    atomic_write_text,
+    cut_torn_tail,
+    jsonl_records,
+)
 
 CONFIG_FILE = "config.json"
 PROVENANCE_FILE = "provenance.json"

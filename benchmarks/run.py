@@ -36,37 +36,40 @@ import tyro
 from peft import PeftModel
 from tqdm import tqdm
 
-import credit
-import envs
-from agents.atomic import DamagedFileError, atomic_write_text
-from agents.base import Agent, ExpertAgent, RandomAgent
-from agents.episode import play_episode
-from agents.llm import LLMAgent
-from agents.models import MODELS, LoadedModel, vocabulary
-from agents.rollout import collect
-from agents.trajectory import DEFAULT_REWARD_CHANNEL, REWARD_CHANNELS, Trajectory
-from benchmarks import common, lock, records
-from benchmarks.cli import UsageError, exit_on_usage_error, lookup, suggest
-from benchmarks.run_config import (
+from creditgym import credit, envs
+from creditgym.agents.atomic import DamagedFileError, atomic_write_text
+from creditgym.agents.base import Agent, ExpertAgent, RandomAgent
+from creditgym.agents.episode import play_episode
+from creditgym.agents.llm import LLMAgent
+from creditgym.agents.models import MODELS, LoadedModel, vocabulary
+from creditgym.agents.rollout import collect
+from creditgym.agents.trajectory import DEFAULT_REWARD_CHANNEL, REWARD_CHANNELS, Trajectory
+from creditgym.benchmarks import common, lock, records
+from creditgym.benchmarks.cli import UsageError, exit_on_usage_error, lookup, suggest
+from creditgym.benchmarks.run_config import (
     LATER_FIELDS,
     LEGACY_HISTORY_LEN,
     NON_IDENTITY_FIELDS,
     PRESETS,
     RunConfig,
 )
-from credit.base import (
+from creditgym.credit.base import (
     DEFAULT_CONVENTION,
     DEFAULT_GROUP_SIZE,
     CreditContext,
     CreditModule,
     NonFiniteError,
 )
-from credit.options import canonical_texts, parse_options, split_option
-from envs.registry import DataFingerprint, EvalSplit
-from measure.ground_truth import exact_sources
-from trainers.curve import CurveSettings
-from trainers.policy_gradient import AgentConfig, PolicyGradientConfig, PolicyGradientTrainer
-from trainers.sft import CreditFilteredSFTTrainer, SFTConfig
+from creditgym.credit.options import canonical_texts, parse_options, split_option
+from creditgym.envs.registry import DataFingerprint, EvalSplit
+from creditgym.measure.ground_truth import exact_sources
+from creditgym.trainers.curve import CurveSettings
+from creditgym.trainers.policy_gradient import (
+    AgentConfig,
+    PolicyGradientConfig,
+    PolicyGradientTrainer,
+)
+from creditgym.trainers.sft import CreditFilteredSFTTrainer, SFTConfig
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # Named, not __name__: run as `python -m benchmarks.run` this module is __main__.

@@ -13,11 +13,11 @@ from typing import Annotated, Any, Literal
 
 import tyro
 
-import credit
-from agents.rollout import EnvWorkers
-from agents.trajectory import DEFAULT_REWARD_CHANNEL, RewardChannel
-from credit.base import DEFAULT_CONVENTION
-from credit.options import options_help
+from creditgym import credit
+from creditgym.agents.rollout import EnvWorkers
+from creditgym.agents.trajectory import DEFAULT_REWARD_CHANNEL, RewardChannel
+from creditgym.credit.base import DEFAULT_CONVENTION
+from creditgym.credit.options import options_help
 
 
 @dataclass(frozen=True)

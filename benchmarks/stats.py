@@ -47,7 +47,7 @@ from typing import NamedTuple
 import numpy as np
 import scipy.stats
 
-from measure.bootstrap import CONFIDENCE, percentile_interval
+from creditgym.measure.bootstrap import CONFIDENCE, percentile_interval
 
 # Bootstrap resamples per interval: the paper's figures use 50,000; 2,000 keep a whole
 # study's intervals within seconds and their ends stable to about 0.01.

@@ -51,14 +51,14 @@ import numpy as np
 import pandas as pd
 import tyro
 
-import credit
-from agents.trajectory import DEFAULT_REWARD_CHANNEL
-from benchmarks import records, stats
-from benchmarks.cli import UsageError, exit_on_usage_error
-from benchmarks.plots import method_colours
-from credit import REGISTRY
-from credit.base import is_oracle
-from envs import ENVS
+from creditgym import credit
+from creditgym.agents.trajectory import DEFAULT_REWARD_CHANNEL
+from creditgym.benchmarks import records, stats
+from creditgym.benchmarks.cli import UsageError, exit_on_usage_error
+from creditgym.benchmarks.plots import method_colours
+from creditgym.credit import REGISTRY
+from creditgym.credit.base import is_oracle
+from creditgym.envs import ENVS
 
 THRESHOLDS = (0.5, 0.8)
 # Fewer seeds than this per method and task give a bootstrap too coarse for a verdict

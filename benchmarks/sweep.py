@@ -52,12 +52,12 @@ from typing import Any, Literal
 import ray
 import tyro
 
-from agents.atomic import DamagedFileError
-from agents.rollout import close_workers
-from benchmarks import leaderboard
-from benchmarks.cli import UsageError, exit_on_usage_error, lookup, suggest
-from benchmarks.lock import LockHeldError
-from benchmarks.run import PRESETS, RunConfig, is_finished, run, run_name, validate
+from creditgym.agents.atomic import DamagedFileError
+from creditgym.agents.rollout import close_workers
+from creditgym.benchmarks import leaderboard
+from creditgym.benchmarks.cli import UsageError, exit_on_usage_error, lookup, suggest
+from creditgym.benchmarks.lock import LockHeldError
+from creditgym.benchmarks.run import PRESETS, RunConfig, is_finished, run, run_name, validate
 
 RUN_FIELDS = {f.name: f for f in dataclasses.fields(RunConfig)}
 DEFAULT_SWEEP_OUT = RunConfig.out  # ad-hoc sweeps stay out of the committed reference set

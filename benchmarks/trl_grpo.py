@@ -22,11 +22,11 @@ import tyro
 from datasets import Dataset
 from trl import GRPOConfig, GRPOTrainer
 
-import envs
-from benchmarks import common
-from benchmarks.cli import UsageError, exit_on_usage_error
-from benchmarks.records import JsonlAppender
-from integrations.trl_env import (
+from creditgym import envs
+from creditgym.benchmarks import common
+from creditgym.benchmarks.cli import UsageError, exit_on_usage_error
+from creditgym.benchmarks.records import JsonlAppender
+from creditgym.integrations.trl_env import (
     CreditgymEnv,
     environment_factory,
     episode_success,

@@ -12,7 +12,8 @@ from __future__ import annotations
 import difflib
 import importlib
 
-from credit.base import (
+import creditgym
+from creditgym.credit.base import (
     CreditContext,
     CreditModule,
     CreditModuleBase,
@@ -24,15 +25,28 @@ from credit.base import (
 
 # One line per registered module, in the order `--help` and the registry list them.
 MODULES = (
-    "credit.grpo:GRPO",
-    "credit.rule_based:RuleBased",
-    "credit.gigpo:GiGPO",
-    "credit.hcapo:HCAPO",
-    "credit.hcapo:HCAPOSeed",
-    "credit.hp_rlvr:HPRLVR",
-    "credit.oracle:Oracle",
-    "credit.hca:HCA",
+    "creditgym.credit.grpo:GRPO",
+    "creditgym.credit.rule_based:RuleBased",
+    "creditgym.credit.gigpo:GiGPO",
+    "creditgym.credit.hcapo:HCAPO",
+    "creditgym.credit.hcapo:HCAPOSeed",
+    "creditgym.credit.hp_rlvr:HPRLVR",
+    "creditgym.credit.oracle:Oracle",
+    "creditgym.credit.hca:HCA",
 )
+
+
+def import_module(name: str):
+    """`name`, where `credit.exact_source` as typed at the repository root means the
+    installed `creditgym.credit.exact_source` (one module, one class, anywhere); a module
+    of that name that creditgym lacks (a user's own `credit.mine`) is imported as given."""
+    if name.partition(".")[0] in creditgym.FOLDERS:
+        try:
+            return importlib.import_module(f"creditgym.{name}")
+        except ModuleNotFoundError as missing:
+            if missing.name is None or not name.startswith(missing.name.removeprefix("creditgym.")):
+                raise
+    return importlib.import_module(name)
 
 
 def import_class(path: str) -> type:
@@ -43,7 +57,7 @@ def import_class(path: str) -> type:
     """
     module_name, _, class_name = path.partition(":")
     try:
-        cls = getattr(importlib.import_module(module_name), class_name)
+        cls = getattr(import_module(module_name), class_name)
     except (ImportError, AttributeError) as error:
         raise KeyError(f"cannot import credit module {path!r}: {error}") from error
     if not isinstance(cls, type):

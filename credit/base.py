@@ -43,17 +43,17 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 
-from agents.generation_cache import DEFAULT_GENERATION_CACHE_BYTES
-from agents.trajectory import DEFAULT_REWARD_CHANNEL, Trajectory
-from credit.options import NoOptions
-from credit.scoring import DEFAULT_MEMORY_BUDGET_BYTES, ScoreMemo
+from creditgym.agents.generation_cache import DEFAULT_GENERATION_CACHE_BYTES
+from creditgym.agents.trajectory import DEFAULT_REWARD_CHANNEL, Trajectory
+from creditgym.credit.options import NoOptions
+from creditgym.credit.scoring import DEFAULT_MEMORY_BUDGET_BYTES, ScoreMemo
 
 if TYPE_CHECKING:
-    from agents.generation_cache import GenerationCache
-    from agents.llm import SamplingConfig
-    from agents.models import LoadedModel
-    from credit.policy_evaluation import TableSource
-    from envs.mdp import FiniteMDP
+    from creditgym.agents.generation_cache import GenerationCache
+    from creditgym.agents.llm import SamplingConfig
+    from creditgym.agents.models import LoadedModel
+    from creditgym.credit.policy_evaluation import TableSource
+    from creditgym.envs.mdp import FiniteMDP
 
     ExactSources = Callable[["CreditContext", str], tuple[Callable[[str], FiniteMDP], TableSource]]
 

@@ -37,9 +37,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from agents.trajectory import Trajectory
-from credit.policy_evaluation import PolicyTable, check_policy, reachable_states
-from envs.mdp import FiniteMDP, Transition
+from creditgym.agents.trajectory import Trajectory
+from creditgym.credit.policy_evaluation import PolicyTable, check_policy, reachable_states
+from creditgym.envs.mdp import FiniteMDP, Transition
 
 # Returns are sums of float rewards along paths, so two paths to one return can differ in
 # the last bits; outcome values are rounded to this many decimals to be one value.

@@ -38,11 +38,11 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from agents.constrained import action_token_sequences
-from agents.models import LoadedModel
-from agents.trajectory import Trajectory
-from credit.base import CreditContext, exact_sources_of, options_of, verdict
-from credit.exact_hindsight import (
+from creditgym.agents.constrained import action_token_sequences
+from creditgym.agents.models import LoadedModel
+from creditgym.agents.trajectory import Trajectory
+from creditgym.credit.base import CreditContext, exact_sources_of, options_of, verdict
+from creditgym.credit.exact_hindsight import (
     ExactHindsight,
     StepTrie,
     exact_hindsight,
@@ -50,10 +50,10 @@ from credit.exact_hindsight import (
     step_trie,
     trie_divergences,
 )
-from credit.hcapo import HCAPO, HCAPOSeed, HCAPOSeedOptions
-from credit.hp_rlvr import HPRLVR
-from credit.policy_evaluation import TableSource, task_truths
-from envs.mdp import FiniteMDP
+from creditgym.credit.hcapo import HCAPO, HCAPOSeed, HCAPOSeedOptions
+from creditgym.credit.hp_rlvr import HPRLVR
+from creditgym.credit.policy_evaluation import TableSource, task_truths
+from creditgym.envs.mdp import FiniteMDP
 
 # Besides a method's own reads: each step's exact state (its info) and the MDP.
 EXACT_READS = frozenset({"mdp_state", "env_labels"})

@@ -25,16 +25,16 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from agents.trajectory import Trajectory
-from credit.base import CreditOutput, broadcast_to_tokens
-from credit.grpo import (
+from creditgym.agents.trajectory import Trajectory
+from creditgym.credit.base import CreditOutput, broadcast_to_tokens
+from creditgym.credit.grpo import (
     ConventionModule,
     episode_returns,
     group_members,
     group_normalised,
     torch_dtype,
 )
-from credit.options import doc
+from creditgym.credit.options import doc
 
 
 def discounted_returns(rewards: Sequence[float], gamma: float) -> np.ndarray:

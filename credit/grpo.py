@@ -25,15 +25,15 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from agents.trajectory import Trajectory
-from credit.base import (
+from creditgym.agents.trajectory import Trajectory
+from creditgym.credit.base import (
     CreditContext,
     CreditModuleBase,
     CreditOutput,
     broadcast_to_tokens,
     options_of,
 )
-from credit.options import doc
+from creditgym.credit.options import doc
 
 ScaleRewards = Literal["group", "batch", "none"]
 Rows = Literal["trajectories", "steps"]

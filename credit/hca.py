@@ -32,8 +32,8 @@ from typing import Literal
 
 import numpy as np
 
-from agents.trajectory import Trajectory
-from credit.base import (
+from creditgym.agents.trajectory import Trajectory
+from creditgym.credit.base import (
     CreditContext,
     CreditModuleBase,
     CreditOutput,
@@ -41,10 +41,10 @@ from credit.base import (
     exact_sources_of,
     options_of,
 )
-from credit.exact_hindsight import OUTCOMES, ExactHindsight, exact_hindsight
-from credit.options import doc
-from credit.policy_evaluation import TableSource, task_truths
-from envs.mdp import FiniteMDP
+from creditgym.credit.exact_hindsight import OUTCOMES, ExactHindsight, exact_hindsight
+from creditgym.credit.options import doc
+from creditgym.credit.policy_evaluation import TableSource, task_truths
+from creditgym.envs.mdp import FiniteMDP
 
 # The keys of `credit.exact_hindsight.OUTCOMES` (tests/test_credit_options.py checks it).
 Outcome = Literal["return", "success"]

@@ -54,14 +54,14 @@ from typing import Literal
 
 import numpy as np
 
-from agents.trajectory import Trajectory
-from credit.base import CreditOutput, broadcast_to_tokens, verdict
-from credit.gigpo import discounted_returns
-from credit.grpo import ZERO_STD_TOL, group_members, group_normalised
-from credit.hindsight import BlockOptions, HindsightBlock, HindsightScorer
-from credit.options import doc, doc_of
-from credit.scoring import score_logprobs
-from credit.views import action_span_mask, causal_view
+from creditgym.agents.trajectory import Trajectory
+from creditgym.credit.base import CreditOutput, broadcast_to_tokens, verdict
+from creditgym.credit.gigpo import discounted_returns
+from creditgym.credit.grpo import ZERO_STD_TOL, group_members, group_normalised
+from creditgym.credit.hindsight import BlockOptions, HindsightBlock, HindsightScorer
+from creditgym.credit.options import doc, doc_of
+from creditgym.credit.scoring import score_logprobs
+from creditgym.credit.views import action_span_mask, causal_view
 
 Variant = Literal["paper", "seed"]
 MicroNormalisation = Literal["group", "time_step"]

@@ -45,14 +45,14 @@ from typing import Any, Literal, TypeVar, get_args
 
 from transformers import PreTrainedTokenizerBase
 
-from agents.generation_cache import DEFAULT_GENERATION_CACHE_BYTES, GenerationCache
-from agents.models import LoadedModel
-from agents.prompts import HINDSIGHT_POSITIONS
-from agents.trajectory import Trajectory
-from credit.base import CreditContext, CreditModuleBase, options_of, verdict
-from credit.options import check_choices, doc
-from credit.scoring import DEFAULT_MEMORY_BUDGET_BYTES, ScoreMemo
-from credit.views import TeacherForced, hindsight_view
+from creditgym.agents.generation_cache import DEFAULT_GENERATION_CACHE_BYTES, GenerationCache
+from creditgym.agents.models import LoadedModel
+from creditgym.agents.prompts import HINDSIGHT_POSITIONS
+from creditgym.agents.trajectory import Trajectory
+from creditgym.credit.base import CreditContext, CreditModuleBase, options_of, verdict
+from creditgym.credit.options import check_choices, doc
+from creditgym.credit.scoring import DEFAULT_MEMORY_BUDGET_BYTES, ScoreMemo
+from creditgym.credit.views import TeacherForced, hindsight_view
 
 HindsightContent = Literal["outcome", "feedback", "final_action", "final", "future"]
 CONTENTS: tuple[str, ...] = get_args(HindsightContent)

@@ -50,18 +50,18 @@ from typing import Any, Literal
 
 import numpy as np
 
-from agents.trajectory import Trajectory
-from credit.base import CreditOutput
-from credit.hindsight import (
+from creditgym.agents.trajectory import Trajectory
+from creditgym.credit.base import CreditOutput
+from creditgym.credit.hindsight import (
     BlockOptions,
     HindsightBlock,
     HindsightContent,
     HindsightScorer,
     WordingName,
 )
-from credit.options import doc, doc_of
-from credit.scoring import score_divergence
-from credit.views import action_span_mask, causal_view
+from creditgym.credit.options import doc, doc_of
+from creditgym.credit.scoring import score_divergence
+from creditgym.credit.views import action_span_mask, causal_view
 
 # Below this mean divergence the two views are treated as identical (float32 noise).
 MIN_MEAN_DIVERGENCE = 1e-12

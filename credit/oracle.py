@@ -23,16 +23,21 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from agents.trajectory import Trajectory
-from credit.base import (
+from creditgym.agents.trajectory import Trajectory
+from creditgym.credit.base import (
     CreditContext,
     CreditModuleBase,
     CreditOutput,
     broadcast_to_tokens,
     exact_sources_of,
 )
-from credit.policy_evaluation import TableSource, evaluate_policy, task_truths, true_advantages
-from envs.mdp import FiniteMDP
+from creditgym.credit.policy_evaluation import (
+    TableSource,
+    evaluate_policy,
+    task_truths,
+    true_advantages,
+)
+from creditgym.envs.mdp import FiniteMDP
 
 
 class Oracle(CreditModuleBase):

@@ -30,8 +30,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from agents.trajectory import Trajectory
-from envs.mdp import FiniteMDP
+from creditgym.agents.trajectory import Trajectory
+from creditgym.envs.mdp import FiniteMDP
 
 PolicyTable = Mapping[str, Mapping[str, float]]
 """state id -> admissible command -> pi(command | state)."""

@@ -24,8 +24,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from agents.trajectory import Trajectory
-from credit.base import CreditModuleBase, CreditOutput, broadcast_to_tokens, verdict
+from creditgym.agents.trajectory import Trajectory
+from creditgym.credit.base import CreditModuleBase, CreditOutput, broadcast_to_tokens, verdict
 
 
 class RuleBased(CreditModuleBase):

@@ -46,16 +46,16 @@ import numpy as np
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
-from agents.generation_cache import (
+from creditgym.agents.generation_cache import (
     CachedPrompt,
     GenerationCache,
     common_prefix_length,
     parameter_fingerprint,
 )
-from agents.masked_logits import masked_logits
-from agents.models import LoadedModel
-from agents.progress import SHOW_AFTER_S, LiveBar
-from credit.views import TeacherForced
+from creditgym.agents.masked_logits import masked_logits
+from creditgym.agents.models import LoadedModel
+from creditgym.agents.progress import SHOW_AFTER_S, LiveBar
+from creditgym.credit.views import TeacherForced
 
 # 1 GiB: comfortably inside a 24 GiB machine shared by several processes.
 DEFAULT_MEMORY_BUDGET_BYTES = 1 << 30

@@ -30,9 +30,9 @@ from dataclasses import dataclass
 import numpy as np
 from transformers import PreTrainedTokenizerBase
 
-from agents.parsing import ACTION_CLOSE, ACTION_OPEN
-from agents.prompts import messages_for_step
-from agents.trajectory import Trajectory
+from creditgym.agents.parsing import ACTION_CLOSE, ACTION_OPEN
+from creditgym.agents.prompts import messages_for_step
+from creditgym.agents.trajectory import Trajectory
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ default step limit, training kwargs, task-type key, prompt intro, finite-MDP fla
 `small`'s tokenizer corpus takes from it, task families) is declared here, beside it.
 """
 
-from envs.registry import (
+from creditgym.envs.registry import (
     ENVS,
     DataFingerprint,
     EnvInfo,
@@ -44,9 +44,11 @@ register_env(
             "command per turn to find the root cause and fix it."
         ),
         tokenizer_episodes=TOKENIZER_EPISODES,
-        task_families=TaskFamilies(kwarg="faults", names="envs.sysdiag.faults:FAULT_FAMILIES"),
+        task_families=TaskFamilies(
+            kwarg="faults", names="creditgym.envs.sysdiag.faults:FAULT_FAMILIES"
+        ),
     ),
-    entry_point="envs.sysdiag.env:SysDiagEnv",
+    entry_point="creditgym.envs.sysdiag.env:SysDiagEnv",
 )
 register_env(
     EnvInfo(
@@ -63,13 +65,13 @@ register_env(
         expert_kwargs={"expert_plan": True},
         # Which game set (generated default, other generated, a folder such as the
         # official data) takes part in the run identity.
-        data_fingerprint="envs.alfworld.data:data_fingerprint",
+        data_fingerprint="creditgym.envs.alfworld.data:data_fingerprint",
         intro="You are an expert agent operating in the ALFRED embodied household environment.",
         # Not in the tokenizer corpus: its games are generated on first use (about a
         # minute on an idle 2-core machine, over ten minutes under load); its text still
         # encodes, in more tokens.
     ),
-    entry_point="envs.alfworld.env:ALFWorldEnv",
+    entry_point="creditgym.envs.alfworld.env:ALFWorldEnv",
 )
 register_env(
     # v1: hidden tests graded outside the candidate's process (envs/code/grading.py), which
@@ -84,7 +86,7 @@ register_env(
         ),
         tokenizer_episodes=TOKENIZER_EPISODES,
     ),
-    entry_point="envs.code.env:CodeExecEnv",
+    entry_point="creditgym.envs.code.env:CodeExecEnv",
 )
 register_env(
     EnvInfo(
@@ -105,7 +107,7 @@ register_env(
         tokenizer_episodes=TOKENIZER_EPISODES,
         horizon_option="delay",
     ),
-    entry_point="envs.keydoor.env:KeyDoorEnv",
+    entry_point="creditgym.envs.keydoor.env:KeyDoorEnv",
 )
 register_env(
     EnvInfo(
@@ -127,7 +129,7 @@ register_env(
         tokenizer_episodes=TOKENIZER_EPISODES,
         horizon_option="length",
     ),
-    entry_point="envs.umbrella.env:UmbrellaEnv",
+    entry_point="creditgym.envs.umbrella.env:UmbrellaEnv",
 )
 
 # Command-line short names -> registered ids.

@@ -37,11 +37,11 @@ import gymnasium as gym
 from transformers import PreTrainedTokenizerBase
 from trl.chat_template_utils import qwen2_5_chat_template, supports_tool_calling
 
-import envs  # noqa: F401  (registers the creditgym ids with Gymnasium)
-from agents.base import AgentAction
-from agents.episode import EpisodeRecorder, env_name
-from agents.prompts import MAX_LISTED_COMMANDS, intro
-from agents.trajectory import Trajectory
+from creditgym import envs  # noqa: F401  (registers the creditgym ids with Gymnasium)
+from creditgym.agents.base import AgentAction
+from creditgym.agents.episode import EpisodeRecorder, env_name
+from creditgym.agents.prompts import MAX_LISTED_COMMANDS, intro
+from creditgym.agents.trajectory import Trajectory
 
 # What the tool answers once the episode has ended: TRL may let the model keep calling it.
 EPISODE_OVER = "The episode is over; no command was run."

@@ -56,12 +56,12 @@ import torch
 from verl import DataProto
 from verl.trainer.ppo.core_algos import get_adv_estimator_fn, register_adv_est
 
-from agents.trajectory import Step, Trajectory
-from credit.base import CreditModule
-from credit.gigpo import GiGPO
-from credit.grpo import GRPO
-from credit.hp_rlvr import HPRLVROptions, token_credit, updated_baselines
-from credit.rule_based import RuleBased
+from creditgym.agents.trajectory import Step, Trajectory
+from creditgym.credit.base import CreditModule
+from creditgym.credit.gigpo import GiGPO
+from creditgym.credit.grpo import GRPO
+from creditgym.credit.hp_rlvr import HPRLVROptions, token_credit, updated_baselines
+from creditgym.credit.rule_based import RuleBased
 
 ENV_ID = "verl"  # the `env_id` of trajectories rebuilt from a verl batch
 

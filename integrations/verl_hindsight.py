@@ -64,23 +64,28 @@ from transformers import PreTrainedTokenizerBase
 from verl import DataProto
 from verl.trainer.ppo.core_algos import register_adv_est
 
-from agents.trajectory import Trajectory
+from creditgym.agents.trajectory import Trajectory
 
 # The default blocks are re-exported: a verl user names them next to `hindsight_batch`
 # (`HCAPOOptions(...).block()` / `HPRLVROptions(...).block()` for other options).
-from credit.hcapo import HCAPO_BLOCK as HCAPO_BLOCK
-from credit.hcapo import (
+from creditgym.credit.hcapo import HCAPO_BLOCK as HCAPO_BLOCK
+from creditgym.credit.hcapo import (
     HCAPOOptions,
     hcapo_advantages,
     needs_causal,
     needs_scores,
     trajectory_q,
 )
-from credit.hindsight import HindsightBlock
-from credit.hp_rlvr import HP_RLVR_BLOCK as HP_RLVR_BLOCK
-from credit.scoring import jensen_shannon
-from credit.views import TeacherForced
-from integrations.verl_credit import Turn, place_by_turn, trajectories_from_batch, turns_of
+from creditgym.credit.hindsight import HindsightBlock
+from creditgym.credit.hp_rlvr import HP_RLVR_BLOCK as HP_RLVR_BLOCK
+from creditgym.credit.scoring import jensen_shannon
+from creditgym.credit.views import TeacherForced
+from creditgym.integrations.verl_credit import (
+    Turn,
+    place_by_turn,
+    trajectories_from_batch,
+    turns_of,
+)
 
 TEXT_FIELDS = ("env_id", "task", "feedback", "success")
 TURN_TEXT_FIELDS = ("turn_observations", "turn_actions", "turn_admissible_commands")

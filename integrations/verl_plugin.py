@@ -17,7 +17,7 @@ from __future__ import annotations
 import importlib
 import warnings
 
-ESTIMATOR_MODULES = ("integrations.verl_credit", "integrations.verl_hindsight")
+ESTIMATOR_MODULES = ("creditgym.integrations.verl_credit", "creditgym.integrations.verl_hindsight")
 
 
 class PluginWarning(UserWarning):

@@ -20,11 +20,11 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from agents.trajectory import Trajectory
-from credit.policy_evaluation import true_advantages
-from measure.bootstrap import bootstrap_interval
-from measure.key_steps import per_trajectory_auroc
-from measure.truth_metrics import TruthSet, cosine, gradient_estimate, pearson, spearman
+from creditgym.agents.trajectory import Trajectory
+from creditgym.credit.policy_evaluation import true_advantages
+from creditgym.measure.bootstrap import bootstrap_interval
+from creditgym.measure.key_steps import per_trajectory_auroc
+from creditgym.measure.truth_metrics import TruthSet, cosine, gradient_estimate, pearson, spearman
 
 
 def mean_with_interval(

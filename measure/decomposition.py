@@ -21,18 +21,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from agents.models import LoadedModel
-from agents.trajectory import REWARD_CHANNELS, Trajectory
-from credit.base import build
-from credit.exact_source import HCAPOExact
-from credit.hcapo import HCAPO
-from credit.policy_evaluation import evaluate_policy, true_advantages
-from credit.scoring import score_logprobs
-from credit.views import TeacherForced
-from measure.bootstrap import block_bootstrap_se
-from measure.ground_truth import MDP_CHANNELS, TaskMDPs, trie_action_logprobs
-from measure.pools import PreparedPool
-from measure.truth_metrics import (
+from creditgym.agents.models import LoadedModel
+from creditgym.agents.trajectory import REWARD_CHANNELS, Trajectory
+from creditgym.credit.base import build
+from creditgym.credit.exact_source import HCAPOExact
+from creditgym.credit.hcapo import HCAPO
+from creditgym.credit.policy_evaluation import evaluate_policy, true_advantages
+from creditgym.credit.scoring import score_logprobs
+from creditgym.credit.views import TeacherForced
+from creditgym.measure.bootstrap import block_bootstrap_se
+from creditgym.measure.ground_truth import MDP_CHANNELS, TaskMDPs, trie_action_logprobs
+from creditgym.measure.pools import PreparedPool
+from creditgym.measure.truth_metrics import (
     TruthSet,
     cosine,
     gradient_estimate,

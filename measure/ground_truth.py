@@ -29,16 +29,16 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from agents.base import AgentInput
-from agents.constrained import action_token_sequences
-from agents.llm import LLMAgent, encode_prompt
-from agents.logprobs import sampling_logprobs
-from agents.parsing import parse_action
-from credit.base import CreditContext
-from credit.policy_evaluation import PolicyTable, TableSource, reachable_states
-from credit.scoring import DEFAULT_MEMORY_BUDGET_BYTES, ScoreMemo, score_logprobs
-from credit.views import TeacherForced
-from envs.mdp import FiniteMDP, StateView, Transition
+from creditgym.agents.base import AgentInput
+from creditgym.agents.constrained import action_token_sequences
+from creditgym.agents.llm import LLMAgent, encode_prompt
+from creditgym.agents.logprobs import sampling_logprobs
+from creditgym.agents.parsing import parse_action
+from creditgym.credit.base import CreditContext
+from creditgym.credit.policy_evaluation import PolicyTable, TableSource, reachable_states
+from creditgym.credit.scoring import DEFAULT_MEMORY_BUDGET_BYTES, ScoreMemo, score_logprobs
+from creditgym.credit.views import TeacherForced
+from creditgym.envs.mdp import FiniteMDP, StateView, Transition
 
 
 def uniform_policy(mdp: FiniteMDP, states: Sequence[str]) -> dict[str, dict[str, float]]:

@@ -32,14 +32,14 @@ from dataclasses import dataclass
 import gymnasium as gym
 import numpy as np
 
-import envs
-from agents.base import ExpertAgent, NoisyExpertAgent, RandomAgent
-from agents.episode import play_episode
-from agents.models import LoadedModel
-from agents.trajectory import Trajectory
-from credit import resolve
-from credit.base import CreditContext, CreditModule, CreditOutput, build
-from credit.scoring import ScoreMemo
+from creditgym import envs
+from creditgym.agents.base import ExpertAgent, NoisyExpertAgent, RandomAgent
+from creditgym.agents.episode import play_episode
+from creditgym.agents.models import LoadedModel
+from creditgym.agents.trajectory import Trajectory
+from creditgym.credit import resolve
+from creditgym.credit.base import CreditContext, CreditModule, CreditOutput, build
+from creditgym.credit.scoring import ScoreMemo
 
 
 @dataclass(frozen=True)

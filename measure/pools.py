@@ -34,19 +34,23 @@ from typing import Any, Literal
 import gymnasium as gym
 import numpy as np
 
-import credit
-import envs
-from agents.episode import play_episode
-from agents.llm import LLMAgent
-from agents.models import LoadedModel
-from agents.rollout import collect
-from agents.tabular import TableAgent
-from agents.trajectory import Trajectory
-from credit.base import CreditContext, build
-from credit.policy_evaluation import GroundTruth, evaluate_policy, reachable_states
-from credit.scoring import ScoreMemo
-from measure.ground_truth import exact_sources, llm_policy_table, uniform_policy
-from measure.truth_metrics import TruthSet, gradient_estimate, gradient_stats, step_agreement
+from creditgym import credit, envs
+from creditgym.agents.episode import play_episode
+from creditgym.agents.llm import LLMAgent
+from creditgym.agents.models import LoadedModel
+from creditgym.agents.rollout import collect
+from creditgym.agents.tabular import TableAgent
+from creditgym.agents.trajectory import Trajectory
+from creditgym.credit.base import CreditContext, build
+from creditgym.credit.policy_evaluation import GroundTruth, evaluate_policy, reachable_states
+from creditgym.credit.scoring import ScoreMemo
+from creditgym.measure.ground_truth import exact_sources, llm_policy_table, uniform_policy
+from creditgym.measure.truth_metrics import (
+    TruthSet,
+    gradient_estimate,
+    gradient_stats,
+    step_agreement,
+)
 
 # Task seeds (for drawing the tasks) and rollout seeds are far apart, so no rollout
 # replays the draw that chose a task.

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from agents.models import LoadedModel
-from agents.trajectory import Trajectory
-from credit.scoring import DEFAULT_MEMORY_BUDGET_BYTES, ScoreMemo, prefetch
-from credit.views import causal_view
+from creditgym.agents.models import LoadedModel
+from creditgym.agents.trajectory import Trajectory
+from creditgym.credit.scoring import DEFAULT_MEMORY_BUDGET_BYTES, ScoreMemo, prefetch
+from creditgym.credit.views import causal_view
 
 
 def prefetch_modules(

@@ -27,8 +27,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from agents.trajectory import Trajectory
-from credit.policy_evaluation import GroundTruth, true_advantages
+from creditgym.agents.trajectory import Trajectory
+from creditgym.credit.policy_evaluation import GroundTruth, true_advantages
 
 # Below this |A| a key step has no sign to agree with (a forced step, float noise of DP).
 ADVANTAGE_SIGN_TOL = 1e-9

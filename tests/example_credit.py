@@ -3,8 +3,8 @@
 
 import numpy as np
 
-from credit.base import CreditModuleBase, CreditOutput, broadcast_to_tokens
-from credit.gigpo import discounted_returns
+from creditgym.credit.base import CreditModuleBase, CreditOutput, broadcast_to_tokens
+from creditgym.credit.gigpo import discounted_returns
 
 
 class ReturnToGo(CreditModuleBase):

@@ -17,7 +17,7 @@ from typing import Any
 
 import gymnasium as gym
 
-import envs  # noqa: F401  (registers creditgym/SysDiag-v0)
+from creditgym import envs  # noqa: F401  (registers creditgym/SysDiag-v0)
 
 ENV_ID = "creditgym-test/SysDiagNoReboot-v0"
 REMOVED = "reboot"

@@ -15,8 +15,8 @@ from typing import Any, ClassVar
 import gymnasium as gym
 from gymnasium import register
 
-from agents.base import AgentAction, AgentInput
-from envs.spaces import text_space
+from creditgym.agents.base import AgentAction, AgentInput
+from creditgym.envs.spaces import text_space
 
 MOVES = ("go left", "go right", "wait")
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import torch
 from transformers.modeling_layers import GradientCheckpointingLayer
 
-from agents.models import build_small, build_tiny
-from trainers.activation_checkpointing import (
+from creditgym.agents.models import build_small, build_tiny
+from creditgym.trainers.activation_checkpointing import (
     RECOMPUTE_ABOVE_BYTES,
     activation_bytes,
     needs_recompute,

@@ -11,14 +11,14 @@ import gymnasium as gym
 import pytest
 from gymnasium.utils.env_checker import check_env
 
-import envs  # noqa: F401  (registers the creditgym envs)
-from agents.base import ExpertAgent
-from agents.episode import play_episode
-from envs.alfworld import scenes
-from envs.alfworld.data import ALFWorldDataError
-from envs.alfworld.engine import GameFileError
-from envs.alfworld.env import ALFWorldEnv
-from envs.alfworld.generate import (
+from creditgym import envs  # noqa: F401  (registers the creditgym envs)
+from creditgym.agents.base import ExpertAgent
+from creditgym.agents.episode import play_episode
+from creditgym.envs.alfworld import scenes
+from creditgym.envs.alfworld.data import ALFWorldDataError
+from creditgym.envs.alfworld.engine import GameFileError
+from creditgym.envs.alfworld.env import ALFWorldEnv
+from creditgym.envs.alfworld.generate import (
     generate_dataset,
     generate_one,
     is_ood_combination,

@@ -14,16 +14,16 @@ from pathlib import Path
 
 import pytest
 
-import envs
-from benchmarks import records
-from benchmarks.run import RunConfig, main, prepare_run_dir, run_name
-from envs.alfworld.data import (
+from creditgym import envs
+from creditgym.benchmarks import records
+from creditgym.benchmarks.run import RunConfig, main, prepare_run_dir, run_name
+from creditgym.envs.alfworld.data import (
     DEFAULT_GAME_SET,
     DEFAULT_SIZES,
     ALFWorldDataError,
     data_fingerprint,
 )
-from envs.alfworld.env import ALFWorldEnv
+from creditgym.envs.alfworld.env import ALFWorldEnv
 
 REPO = Path(__file__).resolve().parent.parent
 COMMITTED = REPO / "tests" / "data" / "alfworld"
@@ -115,7 +115,7 @@ def test_alfworld_imported_first_still_means_the_generated_games(tmp_path: Path)
     # Then alfworld has already set ALFWORLD_DATA to its empty default folder.
     code = (
         "import alfworld.info, os\n"
-        "from envs.alfworld.data import named_data_root\n"
+        "from creditgym.envs.alfworld.data import named_data_root\n"
         "print(os.environ['ALFWORLD_DATA'] != '', named_data_root(None))"
     )
     assert _python(code, HOME=str(tmp_path), ALFWORLD_DATA="") == "True None"

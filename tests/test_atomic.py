@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from agents.atomic import atomic_folder, atomic_write_text
+from creditgym.agents.atomic import atomic_folder, atomic_write_text
 
 
 class Interrupted(Exception):

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from agents.batching import ContinuousBatch
-from agents.llm import _row_generator
-from agents.models import build_tiny
+from creditgym.agents.batching import ContinuousBatch
+from creditgym.agents.llm import _row_generator
+from creditgym.agents.models import build_tiny
 
 MAX_NEW = 24
 

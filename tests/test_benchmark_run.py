@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import records
-from benchmarks.run import RunConfig, main, parse_config, run, run_name, write_samples
+from creditgym.benchmarks import records
+from creditgym.benchmarks.run import RunConfig, main, parse_config, run, run_name, write_samples
 
 REPO = Path(__file__).resolve().parent.parent
 

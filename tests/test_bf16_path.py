@@ -18,19 +18,19 @@ import torch
 from peft import PeftModel
 
 import tests.rollout_envs  # noqa: F401  (registers Corridor-v0 in this process)
-from agents.llm import LLMAgent
-from agents.logprobs import action_logprobs
-from agents.models import build_tiny
-from agents.precision import (
+from creditgym.agents.llm import LLMAgent
+from creditgym.agents.logprobs import action_logprobs
+from creditgym.agents.models import build_tiny
+from creditgym.agents.precision import (
     BFloat16Linear,
     cpu_features,
     has_bfloat16_matmuls,
     native_bfloat16,
     use_bfloat16_matmuls,
 )
-from agents.rollout import collect
-from agents.trajectory import TokenBatch
-from trainers.core import LoraSettings, prepare_policy
+from creditgym.agents.rollout import collect
+from creditgym.agents.trajectory import TokenBatch
+from creditgym.trainers.core import LoraSettings, prepare_policy
 
 CORRIDOR = "tests.rollout_envs:Corridor-v0"
 MAX_LOG_RATIO = 1e-2
@@ -94,8 +94,8 @@ def test_cpu_features_name_the_flags_that_decide_the_precision():
 
 
 def test_dtype_fast_picks_bfloat16_products_only_where_native_and_for_lora():
-    from benchmarks.common import BFLOAT16_PRODUCTS
-    from benchmarks.run import RunConfig, model_dtype, run_name
+    from creditgym.benchmarks.common import BFLOAT16_PRODUCTS
+    from creditgym.benchmarks.run import RunConfig, model_dtype, run_name
 
     native = BFLOAT16_PRODUCTS if native_bfloat16() else "float32"
     assert model_dtype(RunConfig(dtype="fast", model="smollm2-135m")) == native

@@ -9,11 +9,11 @@ import gymnasium as gym
 import pytest
 from gymnasium.utils.env_checker import check_env
 
-import envs  # noqa: F401  (registers the creditgym ids)
-from agents.code_scripted import CanonicalSubmitter, PromptSubmitter, WrongThenFix
-from agents.episode import play_episode
-from envs.code.env import CodeExecEnv, truncate
-from envs.code.sandbox import SandboxLimits
+from creditgym import envs  # noqa: F401  (registers the creditgym ids)
+from creditgym.agents.code_scripted import CanonicalSubmitter, PromptSubmitter, WrongThenFix
+from creditgym.agents.episode import play_episode
+from creditgym.envs.code.env import CodeExecEnv, truncate
+from creditgym.envs.code.sandbox import SandboxLimits
 
 FAST_LIMITS = SandboxLimits(
     cpu_seconds=1, wall_seconds=2.0, memory_bytes=256 * 2**20, max_output_bytes=64 * 2**10

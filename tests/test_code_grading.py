@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from envs.code.actions import assemble_program
-from envs.code.env import CodeExecEnv
-from envs.code.grading import (
+from creditgym.envs.code.actions import assemble_program
+from creditgym.envs.code.env import CodeExecEnv
+from creditgym.envs.code.grading import (
     MAX_DEPTH,
     MAX_MESSAGE_BYTES,
     MAX_REPORTED_ERROR_CHARS,
@@ -34,9 +34,9 @@ from envs.code.grading import (
     encode_value,
     split_messages,
 )
-from envs.code.runner import CodeRunner
-from envs.code.sandbox import Sandbox, SandboxLimits
-from envs.code.tasks import CodeTask, load_tasks
+from creditgym.envs.code.runner import CodeRunner
+from creditgym.envs.code.sandbox import Sandbox, SandboxLimits
+from creditgym.envs.code.tasks import CodeTask, load_tasks
 
 LIMITS = SandboxLimits(
     cpu_seconds=2, wall_seconds=4.0, memory_bytes=256 * 2**20, max_output_bytes=64 * 2**10

@@ -7,8 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from envs.code.actions import assemble_program, parse_action
-from envs.code.tasks import TaskFileError, load_tasks, split_hidden_tests, visible_examples
+from creditgym.envs.code.actions import assemble_program, parse_action
+from creditgym.envs.code.tasks import (
+    TaskFileError,
+    load_tasks,
+    split_hidden_tests,
+    visible_examples,
+)
 
 SQUARE_TASK = {
     "task_id": "mine/square",

@@ -12,24 +12,28 @@ import numpy as np
 import pytest
 import torch
 
-import trainers.policy_gradient as policy_gradient
-from agents.models import build_tiny
-from agents.trajectory import Trajectory
-from benchmarks.run import main
-from credit import REGISTRY, CreditContext, CreditModule, NonFiniteError, build, resolve
-from credit.base import (
+import creditgym.trainers.policy_gradient as policy_gradient
+from creditgym.agents.models import build_tiny
+from creditgym.agents.trajectory import Trajectory
+from creditgym.benchmarks.run import main
+from creditgym.credit import REGISTRY, CreditContext, CreditModule, NonFiniteError, build, resolve
+from creditgym.credit.base import (
     CreditModuleBase,
     CreditOutput,
     broadcast_to_tokens,
     check_finite_advantages,
     check_finite_rewards,
 )
-from credit.options import NoOptions
+from creditgym.credit.options import NoOptions
+from creditgym.trainers.checkpoint import latest_checkpoint, load_checkpoint
+from creditgym.trainers.policy_gradient import (
+    AgentConfig,
+    PolicyGradientConfig,
+    PolicyGradientTrainer,
+)
+from creditgym.trainers.sft import CreditFilteredSFTTrainer, SFTConfig
 from tests.credit_cases import CASE_MODULES, scripted_trajectory
 from tests.example_credit import ReturnToGo
-from trainers.checkpoint import latest_checkpoint, load_checkpoint
-from trainers.policy_gradient import AgentConfig, PolicyGradientConfig, PolicyGradientTrainer
-from trainers.sft import CreditFilteredSFTTrainer, SFTConfig
 
 ENV_ID = "creditgym/SysDiag-v0"
 THIS = "tests.test_credit_contract"

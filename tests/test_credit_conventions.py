@@ -11,10 +11,15 @@ import math
 import numpy as np
 import pytest
 
-from benchmarks.run import LATER_FIELDS, RunConfig, build_credit, main, run_name
-from credit.base import CreditContext, build
-from credit.gigpo import GiGPO, GiGPOOptions, discounted_returns, discounted_returns_float32
-from credit.grpo import (
+from creditgym.benchmarks.run import LATER_FIELDS, RunConfig, build_credit, main, run_name
+from creditgym.credit.base import CreditContext, build
+from creditgym.credit.gigpo import (
+    GiGPO,
+    GiGPOOptions,
+    discounted_returns,
+    discounted_returns_float32,
+)
+from creditgym.credit.grpo import (
     CONVENTIONS,
     GRPO,
     Convention,

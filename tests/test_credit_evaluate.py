@@ -5,10 +5,10 @@ import math
 import numpy as np
 import pytest
 
-from agents.base import AgentInput, NoisyExpertAgent
-from benchmarks.credit_quality import main
-from credit.base import CreditOutput
-from measure.key_steps import auroc, credit_quality, precision_at_k
+from creditgym.agents.base import AgentInput, NoisyExpertAgent
+from creditgym.benchmarks.credit_quality import main
+from creditgym.credit.base import CreditOutput
+from creditgym.measure.key_steps import auroc, credit_quality, precision_at_k
 from tests.credit_cases import scripted_trajectory
 
 

@@ -5,9 +5,9 @@ import math
 import numpy as np
 import pytest
 
-from credit.gigpo import GiGPO, discounted_returns
-from credit.grpo import GRPO, GRPOOptions
-from credit.rule_based import RuleBased
+from creditgym.credit.gigpo import GiGPO, discounted_returns
+from creditgym.credit.grpo import GRPO, GRPOOptions
+from creditgym.credit.rule_based import RuleBased
 from tests.credit_cases import scripted_trajectory
 
 

@@ -10,12 +10,12 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from agents.episode import play_episode
-from agents.tabular import TableAgent
-from credit.exact_hindsight import exact_hindsight
-from credit.hca import HCA, HCAOptions
-from credit.policy_evaluation import evaluate_policy
-from measure.ground_truth import TaskMDPs
+from creditgym.agents.episode import play_episode
+from creditgym.agents.tabular import TableAgent
+from creditgym.credit.exact_hindsight import exact_hindsight
+from creditgym.credit.hca import HCA, HCAOptions
+from creditgym.credit.policy_evaluation import evaluate_policy
+from creditgym.measure.ground_truth import TaskMDPs
 from tests.test_exact_hindsight import (
     CHAIN_POLICY,
     KEYDOOR,

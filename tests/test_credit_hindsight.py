@@ -7,13 +7,13 @@ import numpy as np
 import pytest
 import torch
 
-from agents.models import build_tiny
-from credit.base import CreditContext, build
-from credit.hcapo import HCAPO, HCAPOOptions, HCAPOSeed, self_normalised_ratio
-from credit.hp_rlvr import HPRLVR, HPRLVROptions, divergence_weights, future_hindsight
-from credit.scoring import ScoreMemo, jensen_shannon, score_divergence, score_logprobs
-from credit.views import TeacherForced, causal_view
-from measure.prefetch import prefetch_modules
+from creditgym.agents.models import build_tiny
+from creditgym.credit.base import CreditContext, build
+from creditgym.credit.hcapo import HCAPO, HCAPOOptions, HCAPOSeed, self_normalised_ratio
+from creditgym.credit.hp_rlvr import HPRLVR, HPRLVROptions, divergence_weights, future_hindsight
+from creditgym.credit.scoring import ScoreMemo, jensen_shannon, score_divergence, score_logprobs
+from creditgym.credit.views import TeacherForced, causal_view
+from creditgym.measure.prefetch import prefetch_modules
 from tests.credit_cases import scripted_trajectory, tokenised
 
 

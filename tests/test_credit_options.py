@@ -23,11 +23,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import credit
-from agents.models import build_tiny
-from agents.prompts import HINDSIGHT_POSITIONS
-from benchmarks.cli import UsageError
-from benchmarks.run import (
+from creditgym import credit
+from creditgym.agents.models import build_tiny
+from creditgym.agents.prompts import HINDSIGHT_POSITIONS
+from creditgym.benchmarks.cli import UsageError
+from creditgym.benchmarks.run import (
     RunConfig,
     credit_options_of,
     env_id_for,
@@ -37,10 +37,10 @@ from benchmarks.run import (
     run_name,
     training_credit,
 )
-from credit.exact_hindsight import OUTCOMES
-from credit.hca import Outcome
-from credit.hindsight import WORDINGS, HindsightPosition, WordingName
-from credit.options import field_types, format_value, options_help, parse_value
+from creditgym.credit.exact_hindsight import OUTCOMES
+from creditgym.credit.hca import Outcome
+from creditgym.credit.hindsight import WORDINGS, HindsightPosition, WordingName
+from creditgym.credit.options import field_types, format_value, options_help, parse_value
 from tests.credit_cases import scripted_trajectory
 
 REPO = Path(__file__).resolve().parent.parent

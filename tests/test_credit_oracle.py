@@ -20,25 +20,29 @@ import numpy as np
 import pytest
 import torch
 
-import envs
-from agents.llm import LLMAgent
-from agents.models import LoadedModel, build_small
-from agents.rollout import collect
-from benchmarks import records
-from benchmarks.credit_truth import main as credit_truth_main
-from benchmarks.run import main
-from credit import REGISTRY, CreditContext, NonFiniteError, build
-from credit.exact_hindsight import exact_hindsight
-from credit.exact_source import HCAPOExact, HCAPOSeedExact, HPRLVRExact
-from credit.hcapo import return_to_go_values
-from credit.oracle import Oracle
-from credit.policy_evaluation import evaluate_policy, true_advantages
-from measure.ground_truth import TaskMDPs, exact_sources, llm_policy_table
+from creditgym import envs
+from creditgym.agents.llm import LLMAgent
+from creditgym.agents.models import LoadedModel, build_small
+from creditgym.agents.rollout import collect
+from creditgym.benchmarks import records
+from creditgym.benchmarks.credit_truth import main as credit_truth_main
+from creditgym.benchmarks.run import main
+from creditgym.credit import REGISTRY, CreditContext, NonFiniteError, build
+from creditgym.credit.exact_hindsight import exact_hindsight
+from creditgym.credit.exact_source import HCAPOExact, HCAPOSeedExact, HPRLVRExact
+from creditgym.credit.hcapo import return_to_go_values
+from creditgym.credit.oracle import Oracle
+from creditgym.credit.policy_evaluation import evaluate_policy, true_advantages
+from creditgym.measure.ground_truth import TaskMDPs, exact_sources, llm_policy_table
+from creditgym.trainers.policy_gradient import (
+    AgentConfig,
+    PolicyGradientConfig,
+    PolicyGradientTrainer,
+)
 from tests.test_credit_contract import one_error_line
 from tests.test_credit_properties import check_contract
 from tests.test_exact_hindsight import KEYDOOR, RiskyChain, chain_trajectory
 from tests.test_learning import fisher_one_sided
-from trainers.policy_gradient import AgentConfig, PolicyGradientConfig, PolicyGradientTrainer
 
 EXACT_MODULES = sorted(name for name, cls in REGISTRY.items() if "mdp_state" in cls.reads)
 # The registered exact-MDP modules and the exact-hindsight classes (named by path).

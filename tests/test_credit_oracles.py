@@ -6,14 +6,14 @@ import math
 import numpy as np
 import pytest
 
-from credit.hcapo import (
+from creditgym.credit.hcapo import (
     combined_advantages,
     importance_ratio,
     micro_advantages,
     self_normalised_ratio,
     smoothed,
 )
-from credit.hp_rlvr import step_credit, token_credit, updated_baselines
+from creditgym.credit.hp_rlvr import step_credit, token_credit, updated_baselines
 
 # --- HP-RLVR (Chen et al. 2026): A_j = (R - b) w_j, w_j = min(d_j / mean d, cap) --------
 

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from agents.models import build_tiny
-from agents.trajectory import TokenBatch, Trajectory
-from credit import REGISTRY, CreditContext, build, resolve
+from creditgym.agents.models import build_tiny
+from creditgym.agents.trajectory import TokenBatch, Trajectory
+from creditgym.credit import REGISTRY, CreditContext, build, resolve
 from tests.credit_cases import CASE_MODULES, scripted_trajectory, tokenised
 
 
@@ -114,4 +114,4 @@ def test_registry_names_and_errors():
     assert all(cls.name == name for name, cls in REGISTRY.items())
     with pytest.raises(KeyError, match=r"valid: .*grpo"):
         resolve("gpro")
-    assert resolve("credit.grpo:GRPO") is REGISTRY["grpo"]
+    assert resolve("creditgym.credit.grpo:GRPO") is REGISTRY["grpo"]

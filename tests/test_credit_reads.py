@@ -17,13 +17,13 @@ import numpy as np
 import pytest
 import torch
 
-from agents.base import ExpertAgent, RandomAgent
-from agents.episode import play_episode
-from agents.llm import SamplingConfig
-from agents.models import build_tiny
-from agents.trajectory import Step, Trajectory
-from credit import REGISTRY, CreditContext, build
-from credit.base import (
+from creditgym.agents.base import ExpertAgent, RandomAgent
+from creditgym.agents.episode import play_episode
+from creditgym.agents.llm import SamplingConfig
+from creditgym.agents.models import build_tiny
+from creditgym.agents.trajectory import Step, Trajectory
+from creditgym.credit import REGISTRY, CreditContext, build
+from creditgym.credit.base import (
     IDENTITY_FIELDS,
     READS,
     CreditModuleBase,
@@ -31,9 +31,9 @@ from credit.base import (
     broadcast_to_tokens,
     is_oracle,
 )
-from credit.gigpo import GiGPO
-from credit.grpo import GRPO
-from measure.ground_truth import exact_sources
+from creditgym.credit.gigpo import GiGPO
+from creditgym.credit.grpo import GRPO
+from creditgym.measure.ground_truth import exact_sources
 from tests.credit_cases import tokenised
 
 

@@ -12,23 +12,23 @@ import numpy as np
 import pytest
 import torch
 
-import envs  # noqa: F401  (registers the creditgym ids)
-from agents.base import AgentInput
-from agents.episode import play_episode
-from agents.llm import LLMAgent
-from agents.models import build_tiny
-from benchmarks.credit_truth import main as credit_truth_main
-from credit.base import CreditContext
-from credit.policy_evaluation import evaluate_policy, reachable_states
-from envs.mdp import StateView, Transition
-from measure.ground_truth import (
+from creditgym import envs  # noqa: F401  (registers the creditgym ids)
+from creditgym.agents.base import AgentInput
+from creditgym.agents.episode import play_episode
+from creditgym.agents.llm import LLMAgent
+from creditgym.agents.models import build_tiny
+from creditgym.benchmarks.credit_truth import main as credit_truth_main
+from creditgym.credit.base import CreditContext
+from creditgym.credit.policy_evaluation import evaluate_policy, reachable_states
+from creditgym.envs.mdp import StateView, Transition
+from creditgym.measure.ground_truth import (
     llm_policy_table,
     state_prompt_ids,
     trie_action_logprobs,
     uniform_policy,
 )
-from measure.pools import PoolSettings, sample_pool, score_module, task_truth
-from measure.truth_metrics import (
+from creditgym.measure.pools import PoolSettings, sample_pool, score_module, task_truth
+from creditgym.measure.truth_metrics import (
     GradientStats,
     TruthSet,
     gradient_stats,

@@ -8,11 +8,15 @@ import json
 
 import pytest
 
-from agents.models import build_small
-from credit.grpo import GRPO
+from creditgym.agents.models import build_small
+from creditgym.credit.grpo import GRPO
+from creditgym.trainers.curve import CURVE_FILE, CurveLog, CurveSettings
+from creditgym.trainers.policy_gradient import (
+    AgentConfig,
+    PolicyGradientConfig,
+    PolicyGradientTrainer,
+)
 from tests.test_trainer_pg import Killed, KilledOnCall
-from trainers.curve import CURVE_FILE, CurveLog, CurveSettings
-from trainers.policy_gradient import AgentConfig, PolicyGradientConfig, PolicyGradientTrainer
 
 KEYDOOR = "creditgym/KeyDoor-v0"
 ENV_KWARGS = {"delay": 1, "max_steps": 5}

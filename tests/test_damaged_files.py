@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from agents.atomic import DamagedFileError, cut_torn_tail, jsonl_records
-from benchmarks import leaderboard, records, sweep
-from benchmarks.run import main
-from trainers.checkpoint import (
+from creditgym.agents.atomic import DamagedFileError, cut_torn_tail, jsonl_records
+from creditgym.benchmarks import leaderboard, records, sweep
+from creditgym.benchmarks.run import main
+from creditgym.trainers.checkpoint import (
     MetricsLog,
     UnreadableCheckpointError,
     load_newest_checkpoint,

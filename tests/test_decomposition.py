@@ -8,11 +8,11 @@ import math
 import numpy as np
 import pytest
 
-import credit
-from benchmarks.decomposition import main as decomposition_main
-from credit.exact_source import EXACT_CLASSES, HCAPOExact
-from measure.bootstrap import block_bootstrap_se
-from measure.decomposition import kl_divergence
+from creditgym import credit
+from creditgym.benchmarks.decomposition import main as decomposition_main
+from creditgym.credit.exact_source import EXACT_CLASSES, HCAPOExact
+from creditgym.measure.bootstrap import block_bootstrap_se
+from creditgym.measure.decomposition import kl_divergence
 
 
 def test_bootstrap_se_of_a_mean_over_two_blocks_matches_hand_value():
@@ -126,3 +126,4 @@ def test_decomposition_usage_errors_are_one_line_exit_2(tmp_path, capsys, extra,
 
 def test_hcapo_exact_is_named_by_the_path_the_table_prints():
     assert credit.resolve("credit.exact_source:HCAPOExact") is HCAPOExact
+    assert credit.resolve("creditgym.credit.exact_source:HCAPOExact") is HCAPOExact

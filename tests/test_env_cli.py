@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-import envs
-from benchmarks import records
-from benchmarks.run import main
+from creditgym import envs
+from creditgym.benchmarks import records
+from creditgym.benchmarks.run import main
 
 ENV_IDS = sorted(envs.ENVS)
 

@@ -20,10 +20,10 @@ import gymnasium
 import pytest
 from gymnasium.utils.env_checker import check_env
 
-import envs  # noqa: F401  (registers the creditgym/ ids)
-from benchmarks import records
-from benchmarks.run import main as run_main
-from envs.registry import ENVS, GENERIC_INTRO, EnvInfo, parse_env_options, register_env
+from creditgym import envs  # noqa: F401  (registers the creditgym/ ids)
+from creditgym.benchmarks import records
+from creditgym.benchmarks.run import main as run_main
+from creditgym.envs.registry import ENVS, GENERIC_INTRO, EnvInfo, parse_env_options, register_env
 from tests.registry_kwargs import OPTION_KWARGS, registry_kwargs_for
 
 CREDITGYM_IDS = sorted(env_id for env_id in gymnasium.registry if env_id.startswith("creditgym/"))
@@ -174,7 +174,7 @@ def test_env_info_says_finite_mdp_exactly_when_the_env_describes_one(env_id: str
 
 @pytest.mark.parametrize("env_id", list(ENVS))
 def test_every_registered_env_brings_its_own_prompt_intro(env_id: str) -> None:
-    from agents.prompts import build_messages
+    from creditgym.agents.prompts import build_messages
 
     assert ENVS[env_id].intro != GENERIC_INTRO
     content = build_messages(env_id, "a task", (), "an observation")[0]["content"]
@@ -182,13 +182,13 @@ def test_every_registered_env_brings_its_own_prompt_intro(env_id: str) -> None:
 
 
 def test_a_bumped_env_keeps_the_intro_it_registers() -> None:
-    from agents.prompts import build_messages
+    from creditgym.agents.prompts import build_messages
 
     bumped = "readme-test/KeyDoor-v9"
     intro = ENVS["creditgym/KeyDoor-v0"].intro
     register_env(
         EnvInfo(id=bumped, short_name="kd9", max_episode_steps=12, intro=intro),
-        entry_point="envs.keydoor.env:KeyDoorEnv",
+        entry_point="creditgym.envs.keydoor.env:KeyDoorEnv",
     )
     try:
         assert build_messages(bumped, "t", (), "o")[0]["content"].startswith(intro)
@@ -209,8 +209,8 @@ def test_env_options_are_parsed_one_way_json_values_else_text() -> None:
 
 
 def test_the_entry_points_share_the_env_option_parser(capsys) -> None:
-    from benchmarks import credit_truth
-    from benchmarks.run import RunConfig, env_options
+    from creditgym.benchmarks import credit_truth
+    from creditgym.benchmarks.run import RunConfig, env_options
 
     pairs = ("delay=2", "variance=high")
     assert credit_truth.parse_kwargs(pairs) == env_options(RunConfig(env_options=pairs))

@@ -18,13 +18,13 @@ import numpy as np
 import pytest
 import torch
 
-import envs  # noqa: F401  (registers the creditgym envs)
-from agents.constrained import action_token_sequences
-from agents.llm import LLMAgent
-from agents.models import build_small
-from agents.rollout import collect
-from agents.trajectory import Step, Trajectory
-from credit.exact_hindsight import (
+from creditgym import envs  # noqa: F401  (registers the creditgym envs)
+from creditgym.agents.constrained import action_token_sequences
+from creditgym.agents.llm import LLMAgent
+from creditgym.agents.models import build_small
+from creditgym.agents.rollout import collect
+from creditgym.agents.trajectory import Step, Trajectory
+from creditgym.credit.exact_hindsight import (
     OUTCOMES,
     exact_hindsight,
     exact_step_logprobs,
@@ -32,9 +32,9 @@ from credit.exact_hindsight import (
     trie_conditionals,
     trie_divergences,
 )
-from credit.policy_evaluation import evaluate_policy, reachable_states
-from envs.mdp import StateView, Transition
-from measure.ground_truth import TaskMDPs, llm_table_source
+from creditgym.credit.policy_evaluation import evaluate_policy, reachable_states
+from creditgym.envs.mdp import StateView, Transition
+from creditgym.measure.ground_truth import TaskMDPs, llm_table_source
 
 KEYDOOR = "creditgym/KeyDoor-v0"
 UMBRELLA = "creditgym/Umbrella-v0"

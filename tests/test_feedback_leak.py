@@ -17,12 +17,12 @@ from dataclasses import dataclass
 
 import pytest
 
-from envs.keydoor.dynamics import EAT, KEY, OPEN, WAIT
-from envs.keydoor.env import KeyDoorEnv
-from envs.sysdiag.env import SysDiagEnv
-from envs.sysdiag.faults import FAULT_FAMILIES
-from envs.umbrella.dynamics import LEAVE, TAKE, WALK_COMMANDS
-from envs.umbrella.env import UmbrellaEnv
+from creditgym.envs.keydoor.dynamics import EAT, KEY, OPEN, WAIT
+from creditgym.envs.keydoor.env import KeyDoorEnv
+from creditgym.envs.sysdiag.env import SysDiagEnv
+from creditgym.envs.sysdiag.faults import FAULT_FAMILIES
+from creditgym.envs.umbrella.dynamics import LEAVE, TAKE, WALK_COMMANDS
+from creditgym.envs.umbrella.env import UmbrellaEnv
 
 # The old sentences' key words, and what else would name the step or the cause.
 COMMON_LEAKS = ("first choice", "alone decides", "root cause", "instead", "because")

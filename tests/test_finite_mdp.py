@@ -20,13 +20,13 @@ from functools import cache
 import gymnasium
 import pytest
 
-import envs  # noqa: F401  (registers the creditgym/ ids)
-from agents.base import RandomAgent
-from agents.episode import play_episode
-from agents.prompts import build_messages, messages_for_step
-from envs.keydoor.env import KeyDoorEnv
-from envs.mdp import FiniteMDP
-from envs.umbrella.env import UmbrellaEnv
+from creditgym import envs  # noqa: F401  (registers the creditgym/ ids)
+from creditgym.agents.base import RandomAgent
+from creditgym.agents.episode import play_episode
+from creditgym.agents.prompts import build_messages, messages_for_step
+from creditgym.envs.keydoor.env import KeyDoorEnv
+from creditgym.envs.mdp import FiniteMDP
+from creditgym.envs.umbrella.env import UmbrellaEnv
 
 # (name, env factory, number of states reachable with admissible commands, hand-counted
 # from the layouts in the MDP classes' docstrings).

@@ -8,15 +8,19 @@ import pytest
 import torch
 from torch import nn
 
-from agents.generation_cache import BLOCK_TOKENS, GenerationCache
-from agents.llm import LLMAgent
-from agents.models import build_tiny
-from agents.rollout import collect
-from credit.hcapo import outcome_hindsight
-from credit.hp_rlvr import HPRLVR, future_hindsight
-from credit.scoring import score_divergence, score_logprobs
-from credit.views import causal_view, hindsight_view
-from trainers.policy_gradient import AgentConfig, PolicyGradientConfig, PolicyGradientTrainer
+from creditgym.agents.generation_cache import BLOCK_TOKENS, GenerationCache
+from creditgym.agents.llm import LLMAgent
+from creditgym.agents.models import build_tiny
+from creditgym.agents.rollout import collect
+from creditgym.credit.hcapo import outcome_hindsight
+from creditgym.credit.hp_rlvr import HPRLVR, future_hindsight
+from creditgym.credit.scoring import score_divergence, score_logprobs
+from creditgym.credit.views import causal_view, hindsight_view
+from creditgym.trainers.policy_gradient import (
+    AgentConfig,
+    PolicyGradientConfig,
+    PolicyGradientTrainer,
+)
 
 ENV_ID = "creditgym/SysDiag-v0"
 

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 
-from agents import models
-from benchmarks import gpu_wheels
-from benchmarks.dependency_locks import pins
-from benchmarks.gpu_check import phase_split
-from benchmarks.gpu_wheels import check_requirements, closure, pack, unpack_bundle
+from creditgym.agents import models
+from creditgym.benchmarks import gpu_wheels
+from creditgym.benchmarks.dependency_locks import pins
+from creditgym.benchmarks.gpu_check import phase_split
+from creditgym.benchmarks.gpu_wheels import check_requirements, closure, pack, unpack_bundle
 
 REPO = Path(__file__).resolve().parent.parent
 

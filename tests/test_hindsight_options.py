@@ -7,21 +7,21 @@ import numpy as np
 import pytest
 import torch
 
-from agents.generation_cache import parameter_fingerprint
-from agents.models import build_tiny
-from agents.prompts import INSTRUCTION, build_messages
-from benchmarks.cli import UsageError
-from benchmarks.hindsight_ablation import main
-from benchmarks.run import RunConfig, run_identity, run_name, validate
-from credit import REGISTRY
-from credit.base import CreditContext, build
-from credit.hcapo import HCAPO, HCAPOOptions, outcome_hindsight, self_normalised_ratio
-from credit.hindsight import HCAPO_WORDING, HP_RLVR_WORDING, hindsight_block
-from credit.hp_rlvr import HPRLVR, HPRLVROptions, future_hindsight
-from credit.options import parse_options
-from credit.scoring import PairedScores, ScoreMemo
-from credit.views import action_span_mask, causal_view
-from measure.variants import VARIANTS
+from creditgym.agents.generation_cache import parameter_fingerprint
+from creditgym.agents.models import build_tiny
+from creditgym.agents.prompts import INSTRUCTION, build_messages
+from creditgym.benchmarks.cli import UsageError
+from creditgym.benchmarks.hindsight_ablation import main
+from creditgym.benchmarks.run import RunConfig, run_identity, run_name, validate
+from creditgym.credit import REGISTRY
+from creditgym.credit.base import CreditContext, build
+from creditgym.credit.hcapo import HCAPO, HCAPOOptions, outcome_hindsight, self_normalised_ratio
+from creditgym.credit.hindsight import HCAPO_WORDING, HP_RLVR_WORDING, hindsight_block
+from creditgym.credit.hp_rlvr import HPRLVR, HPRLVROptions, future_hindsight
+from creditgym.credit.options import parse_options
+from creditgym.credit.scoring import PairedScores, ScoreMemo
+from creditgym.credit.views import action_span_mask, causal_view
+from creditgym.measure.variants import VARIANTS
 from tests.credit_cases import scripted_trajectory, tokenised
 
 

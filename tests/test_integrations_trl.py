@@ -18,11 +18,11 @@ from datasets import Dataset
 from trl import GRPOConfig, GRPOTrainer
 from trl.chat_template_utils import qwen2_5_chat_template
 
-from agents.models import build_tiny
-from benchmarks import trl_grpo
-from benchmarks.cli import USAGE_EXIT_CODE
-from credit.rule_based import RuleBased
-from integrations.trl_env import (
+from creditgym.agents.models import build_tiny
+from creditgym.benchmarks import trl_grpo
+from creditgym.benchmarks.cli import USAGE_EXIT_CODE
+from creditgym.credit.rule_based import RuleBased
+from creditgym.integrations.trl_env import (
     EPISODE_OVER,
     CreditgymRewardedEnv,
     environment_factory,

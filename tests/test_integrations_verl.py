@@ -26,14 +26,14 @@ import verl
 from verl import DataProto
 from verl.trainer.ppo.core_algos import get_adv_estimator_fn
 
-from agents.models import build_tiny
-from agents.trajectory import Step, Trajectory
-from credit.gigpo import GiGPO
-from credit.grpo import GRPO
-from credit.hp_rlvr import HPRLVR
-from credit.rule_based import RuleBased
-from integrations import verl_plugin
-from integrations.verl_credit import compute_advantage, trajectories_from_batch, turns_of
+from creditgym.agents.models import build_tiny
+from creditgym.agents.trajectory import Step, Trajectory
+from creditgym.credit.gigpo import GiGPO
+from creditgym.credit.grpo import GRPO
+from creditgym.credit.hp_rlvr import HPRLVR
+from creditgym.credit.rule_based import RuleBased
+from creditgym.integrations import verl_plugin
+from creditgym.integrations.verl_credit import compute_advantage, trajectories_from_batch, turns_of
 
 TURN_TOKENS = 3  # policy tokens per turn
 REPLY_TOKENS = 2  # env-reply tokens after each turn but the last
@@ -249,7 +249,7 @@ def test_import_verl_registers_every_creditgym_estimator_through_the_plugin_entr
         "import sys, verl\n"
         "from verl.trainer.ppo.core_algos import get_adv_estimator_fn\n"
         f"print([get_adv_estimator_fn(name) is not None for name in {CREDITGYM_ESTIMATORS}])\n"
-        "print('integrations.verl_plugin' in sys.modules)\n"
+        "print('creditgym.integrations.verl_plugin' in sys.modules)\n"
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith("VERL_USE_")}
     result = subprocess.run(
@@ -269,7 +269,7 @@ def test_the_plugin_reports_a_missing_verl_instead_of_failing_silently(tmp_path)
         "        if name.split('.')[0] == 'verl':\n"
         "            raise ImportError(f'No module named {name!r}')\n"
         "sys.meta_path.insert(0, NoVerl())\n"
-        "from integrations import verl_plugin\n"
+        "from creditgym.integrations import verl_plugin\n"
         "print(verl_plugin.register_estimators())\n"
     )
     result = subprocess.run(

@@ -24,15 +24,15 @@ from verl import DataProto
 from verl.trainer.ppo.core_algos import get_adv_estimator_fn, register_adv_est
 from verl.workers.utils.padding import left_right_2_no_padding, no_padding_2_padding
 
-from agents.llm import LLMAgent
-from agents.models import LoadedModel, build_small
-from agents.rollout import collect
-from agents.trajectory import Trajectory
-from credit.hcapo import HCAPO, HCAPOOptions, HCAPOSeed, HCAPOSeedOptions
-from credit.hp_rlvr import HPRLVR
-from credit.views import causal_view
-from integrations.verl_credit import compute_advantage
-from integrations.verl_hindsight import (
+from creditgym.agents.llm import LLMAgent
+from creditgym.agents.models import LoadedModel, build_small
+from creditgym.agents.rollout import collect
+from creditgym.agents.trajectory import Trajectory
+from creditgym.credit.hcapo import HCAPO, HCAPOOptions, HCAPOSeed, HCAPOSeedOptions
+from creditgym.credit.hp_rlvr import HPRLVR
+from creditgym.credit.views import causal_view
+from creditgym.integrations.verl_credit import compute_advantage
+from creditgym.integrations.verl_hindsight import (
     HCAPO_BLOCK,
     HP_RLVR_BLOCK,
     HCAPOEstimator,

@@ -10,12 +10,12 @@ import random
 import gymnasium
 import pytest
 
-import envs  # noqa: F401  (registers creditgym/KeyDoor-v0)
-from agents.base import ExpertAgent, RandomAgent
-from agents.episode import play_episode
-from envs import ENVS
-from envs.keydoor.dynamics import APPLE_REWARDS, DOOR_REWARD, EAT, KEY, OPEN, WAIT
-from envs.keydoor.env import DEFAULT_DELAY, KeyDoorEnv
+from creditgym import envs  # noqa: F401  (registers creditgym/KeyDoor-v0)
+from creditgym.agents.base import ExpertAgent, RandomAgent
+from creditgym.agents.episode import play_episode
+from creditgym.envs import ENVS
+from creditgym.envs.keydoor.dynamics import APPLE_REWARDS, DOOR_REWARD, EAT, KEY, OPEN, WAIT
+from creditgym.envs.keydoor.env import DEFAULT_DELAY, KeyDoorEnv
 
 SEEDS = range(200)
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 from transformers import DynamicCache
 
-from agents import kv_cache
-from agents.models import build_tiny
+from creditgym.agents import kv_cache
+from creditgym.agents.models import build_tiny
 
 
 def decode_logits(model, cache, steps: int, drop_at: int) -> list[torch.Tensor]:

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import leaderboard, plots, records, sweep
-from benchmarks import run as run_module
-from benchmarks.run import RunConfig, method_label, prepare_run_dir, run
+from creditgym.benchmarks import leaderboard, plots, records, sweep
+from creditgym.benchmarks import run as run_module
+from creditgym.benchmarks.run import RunConfig, method_label, prepare_run_dir, run
 
 SWEEP_TOML = """
 [common]

@@ -29,12 +29,16 @@ import math
 import pytest
 import torch
 
-from agents.llm import LLMAgent
-from agents.models import LoadedModel, build_tiny
-from agents.rollout import collect
-from credit.grpo import GRPO
-from credit.hp_rlvr import HPRLVR
-from trainers.policy_gradient import AgentConfig, PolicyGradientConfig, PolicyGradientTrainer
+from creditgym.agents.llm import LLMAgent
+from creditgym.agents.models import LoadedModel, build_tiny
+from creditgym.agents.rollout import collect
+from creditgym.credit.grpo import GRPO
+from creditgym.credit.hp_rlvr import HPRLVR
+from creditgym.trainers.policy_gradient import (
+    AgentConfig,
+    PolicyGradientConfig,
+    PolicyGradientTrainer,
+)
 
 ENV_ID = "tests.learning_envs:creditgym-test/SysDiagNoReboot-v0"
 ENV_KWARGS = {"faults": ["memory_leak"], "max_steps": 1}

@@ -10,11 +10,11 @@ REPO = Path(__file__).resolve().parents[1]
 
 PROGRAM = """
 import logging
-from benchmarks.cli import show_library_progress
-logging.getLogger("agents.models").info("before: hidden")
+from creditgym.benchmarks.cli import show_library_progress
+logging.getLogger("creditgym.agents.models").info("before: hidden")
 show_library_progress()
-logging.getLogger("agents.models").info("fetching the model")
-logging.getLogger("envs.alfworld.data").info("generating games")
+logging.getLogger("creditgym.agents.models").info("fetching the model")
+logging.getLogger("creditgym.envs.alfworld.data").info("generating games")
 logging.getLogger("transformers.modeling_utils").info("another library's chatter")
 logging.getLogger("transformers.modeling_utils").warning("another library's warning")
 """
@@ -25,8 +25,8 @@ def test_entry_points_show_creditgym_info_and_only_warnings_of_other_libraries()
         [sys.executable, "-c", PROGRAM], cwd=REPO, capture_output=True, text=True, check=True
     )
     assert result.stderr.splitlines() == [
-        "agents.models: fetching the model",
-        "envs.alfworld.data: generating games",
+        "creditgym.agents.models: fetching the model",
+        "creditgym.envs.alfworld.data: generating games",
         "transformers.modeling_utils: another library's warning",
     ]
     assert result.stdout == ""

@@ -7,16 +7,16 @@ import pytest
 import torch
 
 import tests.rollout_envs  # noqa: F401  (registers Corridor-v0 in this process)
-from agents.base import AgentInput
-from agents.constrained import TokenTrie, action_token_sequences, build_action_trie
-from agents.episode import play_episode
-from agents.llm import LLMAgent, encode_prompt
-from agents.logprobs import action_logprobs, sampling_logprobs, token_chunks
-from agents.models import build_tiny
-from agents.parsing import parse_action
-from agents.prompts import messages_for_step
-from agents.rollout import collect
-from agents.trajectory import TokenBatch
+from creditgym.agents.base import AgentInput
+from creditgym.agents.constrained import TokenTrie, action_token_sequences, build_action_trie
+from creditgym.agents.episode import play_episode
+from creditgym.agents.llm import LLMAgent, encode_prompt
+from creditgym.agents.logprobs import action_logprobs, sampling_logprobs, token_chunks
+from creditgym.agents.models import build_tiny
+from creditgym.agents.parsing import parse_action
+from creditgym.agents.prompts import messages_for_step
+from creditgym.agents.rollout import collect
+from creditgym.agents.trajectory import TokenBatch
 from tests.registry_kwargs import REGISTRY_KWARGS
 
 CORRIDOR = "tests.rollout_envs:Corridor-v0"

@@ -8,8 +8,8 @@ import torch
 from peft import LoraConfig, get_peft_model
 from transformers import DynamicCache
 
-from agents.masked_logits import masked_logits
-from agents.models import build_tiny
+from creditgym.agents.masked_logits import masked_logits
+from creditgym.agents.models import build_tiny
 
 # Both sides run the same float32 layers on the same inputs; only the output layer's
 # matmul shape differs ([K, H] against [B*L, H]), which may change its summation order.

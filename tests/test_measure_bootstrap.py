@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from measure.bootstrap import bootstrap_interval, finite_draws, percentile_interval
+from creditgym.measure.bootstrap import bootstrap_interval, finite_draws, percentile_interval
 
 
 def test_the_percentile_interval_leaves_two_and_a_half_percent_in_each_tail():

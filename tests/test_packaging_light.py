@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.dependency_locks import pins
-from envs.registry import ENVS
+from creditgym.benchmarks.dependency_locks import pins
+from creditgym.envs.registry import ENVS
 from tests.registry_kwargs import registry_kwargs_for
 
 REPO = Path(__file__).resolve().parent.parent
@@ -37,10 +37,10 @@ PLAY = textwrap.dedent(
     heavy = ("torch", "transformers", "peft", "accelerate", "tokenizers", "trl", "verl", "ray")
     installed = [name for name in heavy if importlib.util.find_spec(name) is not None]
 
-    import envs  # noqa: F401
-    from agents.base import ExpertAgent
-    from agents.rollout import collect
-    from envs.registry import ENVS
+    from creditgym import envs  # noqa: F401
+    from creditgym.agents.base import ExpertAgent
+    from creditgym.agents.rollout import collect
+    from creditgym.envs.registry import ENVS
 
     kwargs, seed = json.loads(sys.argv[1]), int(sys.argv[2])
     played = {}

@@ -16,7 +16,13 @@ from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from benchmarks.dependency_locks import LOCKS, dependency_digest, pins, recorded_digest, stale_locks
+from creditgym.benchmarks.dependency_locks import (
+    LOCKS,
+    dependency_digest,
+    pins,
+    recorded_digest,
+    stale_locks,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 PROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
@@ -47,9 +53,7 @@ def requirements_of(extras: tuple[str, ...]) -> list[Requirement]:
 
 def test_every_lock_was_written_for_pyprojects_dependency_tables():
     assert stale_locks() == []
-    assert {recorded_digest(REPO / "locks" / lock.name) for lock in LOCKS} == {
-        dependency_digest()
-    }
+    assert {recorded_digest(REPO / "locks" / lock.name) for lock in LOCKS} == {dependency_digest()}
 
 
 @pytest.mark.parametrize(

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import tyro
 
-import benchmarks.perf
-from benchmarks.perf.timing import Stopwatch, machine_state, timed
+from creditgym import benchmarks
+from creditgym.benchmarks.perf.timing import Stopwatch, machine_state, timed
 
 SCRIPTS = sorted(
     info.name for info in pkgutil.iter_modules(benchmarks.perf.__path__) if info.name != "timing"

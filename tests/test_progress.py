@@ -7,15 +7,15 @@ from __future__ import annotations
 import re
 import time
 
-from agents import progress, rollout
-from agents.base import RandomAgent
-from agents.llm import LLMAgent
-from agents.models import build_tiny
-from agents.progress import LiveBar
-from benchmarks import run as run_module
-from benchmarks.run import parse_config, plan_line
-from credit import scoring
-from credit.views import TeacherForced
+from creditgym.agents import progress, rollout
+from creditgym.agents.base import RandomAgent
+from creditgym.agents.llm import LLMAgent
+from creditgym.agents.models import build_tiny
+from creditgym.agents.progress import LiveBar
+from creditgym.benchmarks import run as run_module
+from creditgym.benchmarks.run import parse_config, plan_line
+from creditgym.credit import scoring
+from creditgym.credit.views import TeacherForced
 
 KEYDOOR = "creditgym/KeyDoor-v0"
 

@@ -17,12 +17,12 @@ import pytest
 import ray
 
 import tests.rollout_envs  # noqa: F401  (registers Corridor-v0 in this process)
-from agents.base import AgentAction, AgentInput
-from agents.ray_workers import RayActorPool
-from agents.rollout import close_workers, collect
-from agents.workers import _POOLS
-from benchmarks import records, sweep
-from benchmarks.run import RunConfig, run, run_name, trainer_configs
+from creditgym.agents.base import AgentAction, AgentInput
+from creditgym.agents.ray_workers import RayActorPool
+from creditgym.agents.rollout import close_workers, collect
+from creditgym.agents.workers import _POOLS
+from creditgym.benchmarks import records, sweep
+from creditgym.benchmarks.run import RunConfig, run, run_name, trainer_configs
 from tests.rollout_envs import KeyedRandomAgent
 
 CORRIDOR = "tests.rollout_envs:Corridor-v0"

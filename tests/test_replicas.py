@@ -5,8 +5,8 @@ from __future__ import annotations
 import gymnasium as gym
 import pytest
 
-from agents.base import RandomAgent
-from agents.rollout import collect
+from creditgym.agents.base import RandomAgent
+from creditgym.agents.rollout import collect
 
 
 def rewards_of(env_id: str, seed: int, replica: int, actions: int = 9) -> list[float]:

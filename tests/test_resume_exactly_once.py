@@ -35,8 +35,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from benchmarks import records
-from benchmarks import run as run_module
+from creditgym.benchmarks import records
+from creditgym.benchmarks import run as run_module
 
 ITERATIONS = 3
 EVAL_EPISODES = 16  # two evaluation batches of 8

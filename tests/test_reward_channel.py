@@ -11,18 +11,18 @@ import pandas as pd
 import pytest
 import torch
 
-from agents.episode import play_episode
-from agents.models import build_tiny
-from agents.tabular import TableAgent
-from agents.trajectory import REWARD_CHANNELS, RewardChannel, Trajectory, outcome_channel
-from benchmarks import leaderboard, records, study
-from benchmarks.run import RunConfig, run, run_name
-from credit.base import verdict
-from credit.grpo import GRPO
-from credit.hcapo import HCAPO, HCAPOOptions
-from credit.hindsight import HCAPO_WORDING, hindsight_block
-from credit.oracle import Oracle
-from measure.ground_truth import MDP_CHANNELS, TaskMDPs
+from creditgym.agents.episode import play_episode
+from creditgym.agents.models import build_tiny
+from creditgym.agents.tabular import TableAgent
+from creditgym.agents.trajectory import REWARD_CHANNELS, RewardChannel, Trajectory, outcome_channel
+from creditgym.benchmarks import leaderboard, records, study
+from creditgym.benchmarks.run import RunConfig, run, run_name
+from creditgym.credit.base import verdict
+from creditgym.credit.grpo import GRPO
+from creditgym.credit.hcapo import HCAPO, HCAPOOptions
+from creditgym.credit.hindsight import HCAPO_WORDING, hindsight_block
+from creditgym.credit.oracle import Oracle
+from creditgym.measure.ground_truth import MDP_CHANNELS, TaskMDPs
 from tests.credit_cases import scripted_trajectory, tokenised
 from tests.test_exact_hindsight import KEYDOOR, random_table
 from tests.test_leaderboard import made_up_run

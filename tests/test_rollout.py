@@ -3,12 +3,20 @@
 import gymnasium as gym
 import pytest
 
-import envs
 import tests.rollout_envs  # noqa: F401  (registers Corridor-v0 in this process)
-from agents.base import ExpertAgent, RandomAgent
-from agents.episode import group_id, play_episode
-from agents.rollout import close_workers, collect, resolve_env_workers
-from agents.workers import _POOLS, Failed, Reset, ResetDone, StepDone, TakeStep, WorkerPool
+from creditgym import envs
+from creditgym.agents.base import ExpertAgent, RandomAgent
+from creditgym.agents.episode import group_id, play_episode
+from creditgym.agents.rollout import close_workers, collect, resolve_env_workers
+from creditgym.agents.workers import (
+    _POOLS,
+    Failed,
+    Reset,
+    ResetDone,
+    StepDone,
+    TakeStep,
+    WorkerPool,
+)
 from tests.registry_kwargs import REGISTRY_KWARGS
 from tests.rollout_envs import KeyedRandomAgent
 

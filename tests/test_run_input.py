@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import records, sweep
-from benchmarks import run as run_module
-from benchmarks.run import main
+from creditgym.benchmarks import records, sweep
+from creditgym.benchmarks import run as run_module
+from creditgym.benchmarks.run import main
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPTED = ["--model", "random", "--credit", "none", "--sample-group-size", "0"]
@@ -180,7 +180,7 @@ def test_a_sweep_file_out_is_honoured_unless_the_command_line_sets_one(tmp_path)
 
 
 def test_dtype_takes_part_in_the_run_identity_and_float32_keeps_old_names():
-    from benchmarks.run import RunConfig, model_dtype, run_name
+    from creditgym.benchmarks.run import RunConfig, model_dtype, run_name
 
     cpu = RunConfig()
     assert model_dtype(cpu) == "float32" and model_dtype(RunConfig(device="cuda")) == "bfloat16"

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import lock, records, sweep
-from benchmarks.credit_truth import main as credit_truth_main
-from benchmarks.hindsight_ablation import main as ablation_main
-from benchmarks.run import RunConfig, run_name
+from creditgym.benchmarks import lock, records, sweep
+from creditgym.benchmarks.credit_truth import main as credit_truth_main
+from creditgym.benchmarks.hindsight_ablation import main as ablation_main
+from creditgym.benchmarks.run import RunConfig, run_name
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -41,7 +41,7 @@ def test_a_second_holder_is_refused_naming_the_first_and_the_lock_is_freed_on_re
 def test_the_lock_of_a_killed_holder_is_released_by_the_kernel(tmp_path):
     lock_file = tmp_path / ".out.lock"
     script = (
-        "import sys, time; from pathlib import Path; from benchmarks import lock\n"
+        "import sys, time; from pathlib import Path; from creditgym.benchmarks import lock\n"
         "with lock.hold(Path(sys.argv[1]), 'out'):\n"
         "    print('held', flush=True); time.sleep(600)"
     )

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from envs.code.sandbox import (
+from creditgym.envs.code.sandbox import (
     MINIMAL_ENV,
     SANDBOX_UID_BASE,
     SANDBOX_UID_SPAN,
@@ -96,7 +96,7 @@ def sandbox_processes() -> list[int]:
 def test_the_fork_servers_start_is_not_charged_to_the_first_program(monkeypatch) -> None:
     # A server that takes longer to start than the program's whole wall limit (a loaded
     # machine: the first program of a process timed out at 2 s when its clock included it).
-    import envs.code.sandbox as sandbox_module
+    import creditgym.envs.code.sandbox as sandbox_module
 
     servers: dict = {}
     start = sandbox_module._ForkServer.__init__
@@ -550,7 +550,7 @@ def test_device_nodes_work_where_the_hosts_dev_null_is_not_world_writable(
     running as a sandbox uid, still writes /dev/null and reads /dev/zero, because the
     fork server makes its own nodes; binding the host's, it got PermissionError."""
     program = (
-        "from envs.code.sandbox import Sandbox, isolation_mode\n"
+        "from creditgym.envs.code.sandbox import Sandbox, isolation_mode\n"
         "code = \"print(open('/dev/null', 'w').write('xy'), open('/dev/zero', 'rb').read(2))\"\n"
         "result = Sandbox().run_python(code)\n"
         "print(isolation_mode(), result.ok, result.stdout.strip(), result.stderr.strip()[-300:])\n"
@@ -575,7 +575,7 @@ def test_device_nodes_work_where_the_hosts_dev_null_is_not_world_writable(
 def test_refused_user_namespaces_give_a_one_line_error() -> None:
     """Root of a user namespace whose limit allows no nested one: neither mode works."""
     probe = (
-        "from envs.code.sandbox import Sandbox, SandboxUnavailableError\n"
+        "from creditgym.envs.code.sandbox import Sandbox, SandboxUnavailableError\n"
         "try:\n    Sandbox()\n"
         "except SandboxUnavailableError as error:\n    print(error)\n"
     )

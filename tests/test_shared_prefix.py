@@ -19,14 +19,14 @@ import pytest
 import torch
 
 import tests.rollout_envs  # noqa: F401  (registers Corridor-v0 in this process)
-from agents.kv_cache import SharedPrefixLayer, shared_prefix_cache
-from agents.llm import LLMAgent
-from agents.logprobs import MIN_SHARED_PREFIX, action_logprobs, shared_prefix_length
-from agents.models import build_tiny
-from agents.rollout import collect
-from agents.trajectory import TokenBatch
-from trainers.activation_checkpointing import recompute_activations
-from trainers.core import LoraSettings, prepare_policy
+from creditgym.agents.kv_cache import SharedPrefixLayer, shared_prefix_cache
+from creditgym.agents.llm import LLMAgent
+from creditgym.agents.logprobs import MIN_SHARED_PREFIX, action_logprobs, shared_prefix_length
+from creditgym.agents.models import build_tiny
+from creditgym.agents.rollout import collect
+from creditgym.agents.trajectory import TokenBatch
+from creditgym.trainers.activation_checkpointing import recompute_activations
+from creditgym.trainers.core import LoraSettings, prepare_policy
 
 CORRIDOR = "tests.rollout_envs:Corridor-v0"
 LOGPROB_ATOL = 1e-5

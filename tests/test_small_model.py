@@ -21,29 +21,33 @@ import gymnasium as gym
 import pytest
 import torch
 
-import envs
-from agents import local_tokenizer
-from agents.base import RandomAgent
-from agents.constrained import action_token_sequences
-from agents.episode import play_episode
-from agents.llm import LLMAgent, encode_prompt
-from agents.local_tokenizer import corpus_env_ids
-from agents.logprobs import action_logprobs
-from agents.models import LoadedModel, build_small
-from agents.prompts import build_messages, messages_for_step
-from agents.rollout import collect
-from agents.trajectory import TokenBatch
-from credit.grpo import GRPO
-from envs.registry import ENVS, EnvInfo, register_env
-from tests.test_learning import fisher_one_sided
-from trainers.policy_gradient import AgentConfig, PolicyGradientConfig, PolicyGradientTrainer
-from trainers.warm_start import (
+from creditgym import envs
+from creditgym.agents import local_tokenizer
+from creditgym.agents.base import RandomAgent
+from creditgym.agents.constrained import action_token_sequences
+from creditgym.agents.episode import play_episode
+from creditgym.agents.llm import LLMAgent, encode_prompt
+from creditgym.agents.local_tokenizer import corpus_env_ids
+from creditgym.agents.logprobs import action_logprobs
+from creditgym.agents.models import LoadedModel, build_small
+from creditgym.agents.prompts import build_messages, messages_for_step
+from creditgym.agents.rollout import collect
+from creditgym.agents.trajectory import TokenBatch
+from creditgym.credit.grpo import GRPO
+from creditgym.envs.registry import ENVS, EnvInfo, register_env
+from creditgym.trainers.policy_gradient import (
+    AgentConfig,
+    PolicyGradientConfig,
+    PolicyGradientTrainer,
+)
+from creditgym.trainers.warm_start import (
     WarmStartConfig,
     WarmStartTask,
     cache_key,
     config_examples,
     warm_start,
 )
+from tests.test_learning import fisher_one_sided
 
 KEYDOOR = "creditgym/KeyDoor-v0"
 
@@ -111,7 +115,7 @@ def test_tokenizer_training_is_the_same_in_another_process():
     # Rust's HashMap seeds differ per process; BPE must not depend on iteration order.
     script = (
         "import hashlib;"
-        "from agents.local_tokenizer import train_backend, corpus_texts;"
+        "from creditgym.agents.local_tokenizer import train_backend, corpus_texts;"
         "texts = list(corpus_texts(['creditgym/KeyDoor-v0', 'creditgym/Umbrella-v0']));"
         "print(hashlib.sha256(train_backend(texts, 512).to_str().encode()).hexdigest())"
     )
@@ -138,7 +142,7 @@ def test_registering_an_env_leaves_the_tokenizer_corpus_alone():
     before = (corpus_env_ids(), local_tokenizer.corpus_key())
     register_env(
         EnvInfo(id="tokenizer-test/KeyDoorCopy-v0", short_name="kdcopy", max_episode_steps=5),
-        entry_point="envs.keydoor.env:KeyDoorEnv",
+        entry_point="creditgym.envs.keydoor.env:KeyDoorEnv",
     )
     try:
         assert (corpus_env_ids(), local_tokenizer.corpus_key()) == before
@@ -156,7 +160,7 @@ def test_the_current_corpus_trains_to_the_committed_tokenizer_file(tmp_path):
 
 
 def test_resuming_a_run_under_another_vocabulary_is_refused_in_one_line(tmp_path, capsys):
-    from benchmarks.run import main
+    from creditgym.benchmarks.run import main
 
     argv = ["--env", "keydoor", "--model", "small", "--credit", "none", "--eval-episodes", "1"]
     argv += ["--sample-group-size", "0", "--out", str(tmp_path)]
@@ -181,7 +185,7 @@ def test_the_warm_start_cache_key_follows_the_tokenizer_and_the_corpus(small, mo
     changed = examples[0]._replace(context_ids=examples[0].context_ids[:-1])
     assert cache_key(config, [changed, *examples[1:]]) != key
     other = {**local_tokenizer.vocabulary(), "sha256": "f" * 64}
-    monkeypatch.setattr("trainers.warm_start.vocabulary", lambda: other)
+    monkeypatch.setattr("creditgym.trainers.warm_start.vocabulary", lambda: other)
     assert cache_key(config, examples) != key
 
 
@@ -258,7 +262,7 @@ def test_short_grpo_run_on_keydoor_delay_1_beats_the_untrained_policy(tmp_path):
 
 
 def test_runner_history_defaults_to_zero_on_markov_envs_only():
-    from benchmarks.run import parse_config, prompt_history, run_name
+    from creditgym.benchmarks.run import parse_config, prompt_history, run_name
 
     keydoor, sysdiag = parse_config(["--env", "keydoor"]), parse_config(["--env", "sysdiag"])
     assert (prompt_history(keydoor), prompt_history(sysdiag)) == (0, 2)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import scipy.stats
 
-from benchmarks import stats
+from creditgym.benchmarks import stats
 
 # GRPO on KeyDoor delay 16, final success of seeds 0-4 (rounded): the example.
 FIVE_SEEDS = np.array([[0.38], [0.14], [0.84], [0.12], [0.23]])

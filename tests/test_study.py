@@ -11,8 +11,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from benchmarks import records, stats, study
-from benchmarks.stats import Interval
+from creditgym.benchmarks import records, stats, study
+from creditgym.benchmarks.stats import Interval
 
 ENV_ID = "creditgym/KeyDoor-v0"
 

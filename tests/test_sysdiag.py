@@ -6,11 +6,11 @@ from __future__ import annotations
 import gymnasium
 import pytest
 
-import envs  # noqa: F401  (registers creditgym/SysDiag-v0)
-from agents.base import ExpertAgent, RandomAgent
-from agents.episode import play_episode
-from envs.sysdiag.env import REBOOT_REWARD, STEP_COST, SUCCESS_REWARD, SysDiagEnv
-from envs.sysdiag.faults import FAULT_FAMILIES
+from creditgym import envs  # noqa: F401  (registers creditgym/SysDiag-v0)
+from creditgym.agents.base import ExpertAgent, RandomAgent
+from creditgym.agents.episode import play_episode
+from creditgym.envs.sysdiag.env import REBOOT_REWARD, STEP_COST, SUCCESS_REWARD, SysDiagEnv
+from creditgym.envs.sysdiag.faults import FAULT_FAMILIES
 
 SEEDS = range(200)
 
@@ -227,7 +227,7 @@ def test_curriculum_subset_and_bad_arguments() -> None:
 
 
 def test_a_simulator_bug_answers_like_a_shell_and_the_episode_goes_on(monkeypatch) -> None:
-    from envs.sysdiag.shell import Shell
+    from creditgym.envs.sysdiag.shell import Shell
 
     env = SysDiagEnv()
     env.reset(seed=3)

@@ -8,8 +8,8 @@ import re
 
 import pytest
 
-from envs.sysdiag.env import OBSERVATION_MAX_CHARS, SysDiagEnv
-from envs.sysdiag.shell import COMMANDS
+from creditgym.envs.sysdiag.env import OBSERVATION_MAX_CHARS, SysDiagEnv
+from creditgym.envs.sysdiag.shell import COMMANDS
 
 ALLOWED = re.compile("[\t\n\x20-\x7e\xa0-\ud7ff\ue000-\ufffd]*")
 METACHARACTERS = ";&|<>'\"\\$`(){}[]*?~!#\n\t "

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from trainers.checkpoint import (
+from creditgym.trainers.checkpoint import (
     MetricsLog,
     latest_checkpoint,
     load_checkpoint,

@@ -8,16 +8,16 @@ import numpy as np
 import pytest
 import torch
 
-from agents.trajectory import Step, TokenBatch, Trajectory
-from credit.base import CreditOutput
-from trainers.core import rollout_metrics
-from trainers.policy_gradient import (
+from creditgym.agents.trajectory import Step, TokenBatch, Trajectory
+from creditgym.credit.base import CreditOutput
+from creditgym.trainers.core import rollout_metrics
+from creditgym.trainers.policy_gradient import (
     PolicyGradientConfig,
     clipped_surrogate,
     k3_kl,
     token_weights,
 )
-from trainers.sft import select_pairs
+from creditgym.trainers.sft import select_pairs
 
 
 def _trajectory(group: str, action_lengths: list[int], success: bool = False) -> Trajectory:

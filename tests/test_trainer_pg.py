@@ -16,22 +16,22 @@ from pathlib import Path
 import pytest
 import torch
 
-from agents.llm import SamplingConfig
-from agents.models import build_tiny
-from agents.trajectory import Step, Trajectory
-from credit.base import CreditOutput
-from credit.grpo import GRPO
-from credit.hp_rlvr import HPRLVR
-from credit.rule_based import RuleBased
-from trainers.core import WALL_CLOCK_METRICS
-from trainers.policy_gradient import (
+from creditgym.agents.llm import SamplingConfig
+from creditgym.agents.models import build_tiny
+from creditgym.agents.trajectory import Step, Trajectory
+from creditgym.credit.base import CreditOutput
+from creditgym.credit.grpo import GRPO
+from creditgym.credit.hp_rlvr import HPRLVR
+from creditgym.credit.rule_based import RuleBased
+from creditgym.trainers.core import WALL_CLOCK_METRICS
+from creditgym.trainers.policy_gradient import (
     POLICY_GRADIENT_METRICS,
     LoraSettings,
     PolicyGradientConfig,
     PolicyGradientTrainer,
     micro_batches,
 )
-from trainers.sft import SFT_METRICS
+from creditgym.trainers.sft import SFT_METRICS
 
 ENV_ID = "creditgym/SysDiag-v0"
 ENV_KWARGS = {"max_steps": 3}

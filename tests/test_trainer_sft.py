@@ -7,14 +7,14 @@ import dataclasses
 import pytest
 import torch
 
-from agents.llm import SamplingConfig
-from agents.models import build_tiny
-from agents.trajectory import TokenBatch
-from credit.rule_based import RuleBased
+from creditgym.agents.llm import SamplingConfig
+from creditgym.agents.models import build_tiny
+from creditgym.agents.trajectory import TokenBatch
+from creditgym.credit.rule_based import RuleBased
+from creditgym.trainers.policy_gradient import PolicyGradientConfig, PolicyGradientTrainer
+from creditgym.trainers.sft import SFT_METRICS, CreditFilteredSFTTrainer, SFTConfig, action_nll
 from tests.test_trainer_losses import _trajectory
 from tests.test_trainer_pg import Killed, KilledOnCall, strip_times
-from trainers.policy_gradient import PolicyGradientConfig, PolicyGradientTrainer
-from trainers.sft import SFT_METRICS, CreditFilteredSFTTrainer, SFTConfig, action_nll
 
 AGENT = SamplingConfig(constrained=True, max_new_tokens=128, history_len=0)
 

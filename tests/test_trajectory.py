@@ -5,7 +5,7 @@ import json
 import pytest
 import torch
 
-from agents.trajectory import Step, TokenBatch, Trajectory
+from creditgym.agents.trajectory import Step, TokenBatch, Trajectory
 
 
 def make_trajectory(group_id: str = "g0", seed: int = 0) -> Trajectory:

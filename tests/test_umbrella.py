@@ -12,12 +12,12 @@ import statistics
 import gymnasium
 import pytest
 
-import envs  # noqa: F401  (registers creditgym/Umbrella-v0)
-from agents.base import ExpertAgent, RandomAgent
-from agents.episode import play_episode
-from envs import ENVS
-from envs.umbrella.dynamics import FACT_POOL, LEAVE, TAKE, WALK_COMMANDS
-from envs.umbrella.env import DEFAULT_LENGTH, UmbrellaEnv
+from creditgym import envs  # noqa: F401  (registers creditgym/Umbrella-v0)
+from creditgym.agents.base import ExpertAgent, RandomAgent
+from creditgym.agents.episode import play_episode
+from creditgym.envs import ENVS
+from creditgym.envs.umbrella.dynamics import FACT_POOL, LEAVE, TAKE, WALK_COMMANDS
+from creditgym.envs.umbrella.env import DEFAULT_LENGTH, UmbrellaEnv
 
 SEEDS = range(200)
 

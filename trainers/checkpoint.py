@@ -34,8 +34,13 @@ import torch
 from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
-from agents.atomic import DamagedFileError, atomic_folder, atomic_write_text, jsonl_records
-from credit.base import CreditModule
+from creditgym.agents.atomic import (
+    DamagedFileError,
+    atomic_folder,
+    atomic_write_text,
+    jsonl_records,
+)
+from creditgym.credit.base import CreditModule
 
 logger = logging.getLogger(__name__)
 

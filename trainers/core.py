@@ -29,16 +29,21 @@ import numpy as np
 import torch
 from peft import LoraConfig, PeftModel, get_peft_model
 
-from agents.atomic import atomic_folder
-from agents.llm import LLMAgent, SamplingConfig
-from agents.models import MODELS, LoadedModel
-from agents.parsing import is_valid_action
-from agents.precision import has_bfloat16_matmuls
-from agents.progress import SHOW_AFTER_S, LiveBar
-from agents.rollout import EnvWorkers, collect, resolve_env_workers
-from agents.trajectory import TokenBatch, Trajectory, return_channel
-from credit.base import CreditModule, CreditOutput, NonFiniteError, check_finite_advantages
-from trainers.checkpoint import (
+from creditgym.agents.atomic import atomic_folder
+from creditgym.agents.llm import LLMAgent, SamplingConfig
+from creditgym.agents.models import MODELS, LoadedModel
+from creditgym.agents.parsing import is_valid_action
+from creditgym.agents.precision import has_bfloat16_matmuls
+from creditgym.agents.progress import SHOW_AFTER_S, LiveBar
+from creditgym.agents.rollout import EnvWorkers, collect, resolve_env_workers
+from creditgym.agents.trajectory import TokenBatch, Trajectory, return_channel
+from creditgym.credit.base import (
+    CreditModule,
+    CreditOutput,
+    NonFiniteError,
+    check_finite_advantages,
+)
+from creditgym.trainers.checkpoint import (
     MetricsLog,
     load_newest_checkpoint,
     prune_checkpoints,
@@ -46,7 +51,7 @@ from trainers.checkpoint import (
     save_checkpoint,
     training_state,
 )
-from trainers.curve import CurveLog, CurveSettings, evaluate_point
+from creditgym.trainers.curve import CurveLog, CurveSettings, evaluate_point
 
 # Worker processes of a rollout when `num_envs` is None and the env runs in workers (the
 # trainers' fixed default before in-process envs; each worker is a whole process).

@@ -29,10 +29,10 @@ from typing import Any
 
 import numpy as np
 
-from agents.atomic import atomic_write_text, jsonl_records
-from agents.llm import LLMAgent, SamplingConfig
-from agents.models import LoadedModel
-from agents.rollout import EnvWorkers, collect
+from creditgym.agents.atomic import atomic_write_text, jsonl_records
+from creditgym.agents.llm import LLMAgent, SamplingConfig
+from creditgym.agents.models import LoadedModel
+from creditgym.agents.rollout import EnvWorkers, collect
 
 CURVE_FILE = "curve.jsonl"
 

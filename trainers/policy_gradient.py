@@ -58,15 +58,15 @@ import numpy as np
 import torch
 from peft import PeftModel
 
-from agents.llm import SamplingConfig
-from agents.logprobs import action_logprobs
-from agents.models import LoadedModel
-from agents.progress import LiveBar
-from agents.rollout import EnvWorkers
-from agents.trajectory import TokenBatch, Trajectory, return_channel
-from credit.base import CreditModule
-from trainers.activation_checkpointing import needs_recompute, recompute_activations
-from trainers.core import (
+from creditgym.agents.llm import SamplingConfig
+from creditgym.agents.logprobs import action_logprobs
+from creditgym.agents.models import LoadedModel
+from creditgym.agents.progress import LiveBar
+from creditgym.agents.rollout import EnvWorkers
+from creditgym.agents.trajectory import TokenBatch, Trajectory, return_channel
+from creditgym.credit.base import CreditModule
+from creditgym.trainers.activation_checkpointing import needs_recompute, recompute_activations
+from creditgym.trainers.core import (
     OPTIMIZER_STEP_METRICS,
     ROLLOUT_METRICS,
     LoraSettings,
@@ -74,7 +74,7 @@ from trainers.core import (
     derive_seed,
     to_device,
 )
-from trainers.curve import CurveSettings
+from creditgym.trainers.curve import CurveSettings
 
 # The trainers' name for the rollout policy's sampling settings, which callers import from
 # here: the one sampling config of `agents.llm`, not a copy of it.

@@ -34,13 +34,13 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from agents.llm import SamplingConfig
-from agents.models import LoadedModel
-from agents.rollout import EnvWorkers
-from agents.trajectory import TokenBatch, Trajectory, return_channel
-from credit.base import CreditModule, CreditOutput
-from trainers.activation_checkpointing import recompute_activations
-from trainers.core import (
+from creditgym.agents.llm import SamplingConfig
+from creditgym.agents.models import LoadedModel
+from creditgym.agents.rollout import EnvWorkers
+from creditgym.agents.trajectory import TokenBatch, Trajectory, return_channel
+from creditgym.credit.base import CreditModule, CreditOutput
+from creditgym.trainers.activation_checkpointing import recompute_activations
+from creditgym.trainers.core import (
     OPTIMIZER_STEP_METRICS,
     ROLLOUT_METRICS,
     LoraSettings,
@@ -48,7 +48,7 @@ from trainers.core import (
     derive_seed,
     to_device,
 )
-from trainers.curve import CurveSettings
+from creditgym.trainers.curve import CurveSettings
 
 # Every key of an SFT metrics record except the credit module's `credit/...`.
 SFT_METRICS = (

@@ -49,18 +49,18 @@ import gymnasium as gym
 import torch
 from transformers import AutoModelForCausalLM, PreTrainedTokenizerBase
 
-import envs  # noqa: F401  (registers the creditgym envs)
-from agents.atomic import atomic_folder
-from agents.base import Agent, NoisyExpertAgent, RandomAgent
-from agents.constrained import action_token_sequences
-from agents.episode import play_episode
-from agents.local_tokenizer import load_local_tokenizer, vocabulary
-from agents.models import SMALL_CONFIG, LoadedModel, build_small, cache_dir
-from agents.prompts import messages_for_step
-from agents.trajectory import Trajectory
-from credit.hcapo import outcome_hindsight
-from credit.hp_rlvr import future_hindsight
-from credit.views import render_prompt_ids
+from creditgym import envs  # noqa: F401  (registers the creditgym envs)
+from creditgym.agents.atomic import atomic_folder
+from creditgym.agents.base import Agent, NoisyExpertAgent, RandomAgent
+from creditgym.agents.constrained import action_token_sequences
+from creditgym.agents.episode import play_episode
+from creditgym.agents.local_tokenizer import load_local_tokenizer, vocabulary
+from creditgym.agents.models import SMALL_CONFIG, LoadedModel, build_small, cache_dir
+from creditgym.agents.prompts import messages_for_step
+from creditgym.agents.trajectory import Trajectory
+from creditgym.credit.hcapo import outcome_hindsight
+from creditgym.credit.hp_rlvr import future_hindsight
+from creditgym.credit.views import render_prompt_ids
 
 logger = logging.getLogger(__name__)
 

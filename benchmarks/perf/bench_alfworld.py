@@ -18,8 +18,8 @@ import torch
 import tyro
 from alfworld.agents.environment.alfred_tw_env import AlfredTWEnv
 
-from benchmarks.perf.timing import Stopwatch, machine_state, timed
-from envs.alfworld.env import ALFWorldEnv
+from creditgym.benchmarks.perf.timing import Stopwatch, machine_state, timed
+from creditgym.envs.alfworld.env import ALFWorldEnv
 
 COMMITTED = Path(__file__).resolve().parents[2] / "tests" / "data" / "alfworld"
 

@@ -24,10 +24,10 @@ import gymnasium as gym
 import torch
 import tyro
 
-import envs
-from agents.base import Agent, ExpertAgent, RandomAgent
-from agents.episode import play_episode
-from benchmarks.perf.timing import Stopwatch, machine_state
+from creditgym import envs
+from creditgym.agents.base import Agent, ExpertAgent, RandomAgent
+from creditgym.agents.episode import play_episode
+from creditgym.benchmarks.perf.timing import Stopwatch, machine_state
 
 ENV_ID = "creditgym/ALFWorld-v0"
 

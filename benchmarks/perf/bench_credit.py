@@ -34,17 +34,22 @@ import numpy as np
 import torch
 import tyro
 
-from agents.base import AgentInput
-from agents.generation_cache import GenerationCache
-from agents.llm import LLMAgent
-from agents.models import LoadedModel, ModelUnavailableError, load_model
-from agents.trajectory import Trajectory
-from benchmarks.perf.timing import machine_state, timed
-from credit.hcapo import outcome_hindsight
-from credit.hp_rlvr import future_hindsight
-from credit.scoring import jensen_shannon, score_divergence, score_logprobs, shared_prefix_length
-from credit.views import TeacherForced, causal_view, hindsight_view
-from measure.key_steps import EvaluateArgs, collect
+from creditgym.agents.base import AgentInput
+from creditgym.agents.generation_cache import GenerationCache
+from creditgym.agents.llm import LLMAgent
+from creditgym.agents.models import LoadedModel, ModelUnavailableError, load_model
+from creditgym.agents.trajectory import Trajectory
+from creditgym.benchmarks.perf.timing import machine_state, timed
+from creditgym.credit.hcapo import outcome_hindsight
+from creditgym.credit.hp_rlvr import future_hindsight
+from creditgym.credit.scoring import (
+    jensen_shannon,
+    score_divergence,
+    score_logprobs,
+    shared_prefix_length,
+)
+from creditgym.credit.views import TeacherForced, causal_view, hindsight_view
+from creditgym.measure.key_steps import EvaluateArgs, collect
 
 
 @dataclass(frozen=True)

@@ -26,9 +26,9 @@ import tyro
 from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile
 
-from agents.kv_cache import growing_cache
-from agents.models import ModelUnavailableError, load_model
-from benchmarks.perf.timing import Stopwatch, machine_state
+from creditgym.agents.kv_cache import growing_cache
+from creditgym.agents.models import ModelUnavailableError, load_model
+from creditgym.benchmarks.perf.timing import Stopwatch, machine_state
 
 MATMUL_OPS = {"aten::mm", "aten::addmm", "aten::bmm"}
 

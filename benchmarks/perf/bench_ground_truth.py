@@ -18,13 +18,13 @@ import gymnasium as gym
 import torch
 import tyro
 
-import envs  # noqa: F401  (registers the creditgym ids)
-from agents.constrained import action_token_sequences
-from agents.llm import LLMAgent
-from agents.models import load_model
-from benchmarks.perf.timing import machine_state, timed
-from credit.policy_evaluation import evaluate_policy, reachable_states
-from measure.ground_truth import llm_policy_table, state_prompt_ids
+from creditgym import envs  # noqa: F401  (registers the creditgym ids)
+from creditgym.agents.constrained import action_token_sequences
+from creditgym.agents.llm import LLMAgent
+from creditgym.agents.models import load_model
+from creditgym.benchmarks.perf.timing import machine_state, timed
+from creditgym.credit.policy_evaluation import evaluate_policy, reachable_states
+from creditgym.measure.ground_truth import llm_policy_table, state_prompt_ids
 
 ENV_ID = "creditgym/KeyDoor-v0"
 TARGET_SECONDS = 300.0

@@ -18,8 +18,8 @@ from typing import Any
 import gymnasium
 import tyro
 
-import envs  # noqa: F401  (registers the creditgym/ ids)
-from benchmarks.perf.timing import machine_state, random_play_rates
+from creditgym import envs  # noqa: F401  (registers the creditgym/ ids)
+from creditgym.benchmarks.perf.timing import machine_state, random_play_rates
 
 TARGET_STEPS_PER_SECOND = 10_000
 

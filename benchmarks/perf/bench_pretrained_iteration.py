@@ -31,11 +31,15 @@ from dataclasses import dataclass
 import torch
 import tyro
 
-from agents.models import load_model
-from agents.precision import cpu_features, native_bfloat16, use_bfloat16_matmuls
-from benchmarks.perf.timing import machine_state
-from credit.grpo import GRPO
-from trainers.policy_gradient import AgentConfig, PolicyGradientConfig, PolicyGradientTrainer
+from creditgym.agents.models import load_model
+from creditgym.agents.precision import cpu_features, native_bfloat16, use_bfloat16_matmuls
+from creditgym.benchmarks.perf.timing import machine_state
+from creditgym.credit.grpo import GRPO
+from creditgym.trainers.policy_gradient import (
+    AgentConfig,
+    PolicyGradientConfig,
+    PolicyGradientTrainer,
+)
 
 ENV_ID = "creditgym/KeyDoor-v0"
 PATHS = ("old", "new")

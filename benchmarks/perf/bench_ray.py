@@ -38,13 +38,13 @@ from pathlib import Path
 import ray
 import tyro
 
-from agents.base import Agent, ExpertAgent
-from agents.llm import LLMAgent
-from agents.models import ModelUnavailableError, load_model
-from agents.rollout import close_workers, collect
-from benchmarks import sweep
-from benchmarks.perf.timing import Stopwatch, machine_state
-from envs import SHORT_NAMES
+from creditgym.agents.base import Agent, ExpertAgent
+from creditgym.agents.llm import LLMAgent
+from creditgym.agents.models import ModelUnavailableError, load_model
+from creditgym.agents.rollout import close_workers, collect
+from creditgym.benchmarks import sweep
+from creditgym.benchmarks.perf.timing import Stopwatch, machine_state
+from creditgym.envs import SHORT_NAMES
 
 
 @dataclass(frozen=True)

@@ -27,12 +27,12 @@ from typing import Literal
 import torch
 import tyro
 
-from agents.base import AgentAction, AgentInput, ExpertAgent
-from agents.llm import LLMAgent
-from agents.models import ModelUnavailableError, load_model
-from agents.rollout import collect
-from benchmarks.perf.timing import machine_state
-from envs import SHORT_NAMES
+from creditgym.agents.base import AgentAction, AgentInput, ExpertAgent
+from creditgym.agents.llm import LLMAgent
+from creditgym.agents.models import ModelUnavailableError, load_model
+from creditgym.agents.rollout import collect
+from creditgym.benchmarks.perf.timing import machine_state
+from creditgym.envs import SHORT_NAMES
 
 
 class Lockstep:

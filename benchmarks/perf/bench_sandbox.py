@@ -36,11 +36,11 @@ from dataclasses import dataclass
 
 import tyro
 
-from benchmarks.perf.timing import machine_state, timed
-from envs.code.actions import assemble_program
-from envs.code.runner import CodeRunner
-from envs.code.sandbox import INTERPRETER, Sandbox
-from envs.code.tasks import CodeTask, load_tasks
+from creditgym.benchmarks.perf.timing import machine_state, timed
+from creditgym.envs.code.actions import assemble_program
+from creditgym.envs.code.runner import CodeRunner
+from creditgym.envs.code.sandbox import INTERPRETER, Sandbox
+from creditgym.envs.code.tasks import CodeTask, load_tasks
 
 TARGET_PROGRAM_RATIO = 1.5
 TARGET_GRADING_RATIO = 2.0

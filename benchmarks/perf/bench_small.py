@@ -25,11 +25,15 @@ import numpy as np
 import torch
 import tyro
 
-from agents.models import SmallConfig, build_small, load_model
-from agents.rollout import EnvWorkers, close_workers, resolve_env_workers
-from benchmarks.perf.timing import Stopwatch, machine_state
-from credit.grpo import GRPO
-from trainers.policy_gradient import AgentConfig, PolicyGradientConfig, PolicyGradientTrainer
+from creditgym.agents.models import SmallConfig, build_small, load_model
+from creditgym.agents.rollout import EnvWorkers, close_workers, resolve_env_workers
+from creditgym.benchmarks.perf.timing import Stopwatch, machine_state
+from creditgym.credit.grpo import GRPO
+from creditgym.trainers.policy_gradient import (
+    AgentConfig,
+    PolicyGradientConfig,
+    PolicyGradientTrainer,
+)
 
 ENV_ID = "creditgym/KeyDoor-v0"
 PHASES = ("time/rollout_s", "time/credit_s", "time/train_s")

@@ -20,10 +20,10 @@ from dataclasses import dataclass
 
 import tyro
 
-from agents.base import Agent, ExpertAgent, RandomAgent
-from agents.episode import play_episode
-from benchmarks.perf.timing import machine_state, random_play_rates
-from envs.sysdiag.env import SysDiagEnv
+from creditgym.agents.base import Agent, ExpertAgent, RandomAgent
+from creditgym.agents.episode import play_episode
+from creditgym.benchmarks.perf.timing import machine_state, random_play_rates
+from creditgym.envs.sysdiag.env import SysDiagEnv
 
 TARGET_STEPS_PER_SECOND = 20_000
 

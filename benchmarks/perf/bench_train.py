@@ -23,12 +23,16 @@ import numpy as np
 import torch
 import tyro
 
-from agents.models import load_model
-from benchmarks.perf.timing import machine_state, timed
-from credit.base import CreditContext, CreditModule, build
-from credit.grpo import GRPO
-from credit.hp_rlvr import HPRLVR
-from trainers.policy_gradient import AgentConfig, PolicyGradientConfig, PolicyGradientTrainer
+from creditgym.agents.models import load_model
+from creditgym.benchmarks.perf.timing import machine_state, timed
+from creditgym.credit.base import CreditContext, CreditModule, build
+from creditgym.credit.grpo import GRPO
+from creditgym.credit.hp_rlvr import HPRLVR
+from creditgym.trainers.policy_gradient import (
+    AgentConfig,
+    PolicyGradientConfig,
+    PolicyGradientTrainer,
+)
 
 PHASES = ("time/rollout_s", "time/credit_s", "time/train_s")
 # Method label -> credit module class, the two settings the paper compares; each runs at

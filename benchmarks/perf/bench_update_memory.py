@@ -22,10 +22,14 @@ from dataclasses import dataclass
 import torch
 import tyro
 
-from agents.models import load_model
-from benchmarks.perf.timing import machine_state
-from credit.rule_based import RuleBased
-from trainers.policy_gradient import AgentConfig, PolicyGradientConfig, PolicyGradientTrainer
+from creditgym.agents.models import load_model
+from creditgym.benchmarks.perf.timing import machine_state
+from creditgym.credit.rule_based import RuleBased
+from creditgym.trainers.policy_gradient import (
+    AgentConfig,
+    PolicyGradientConfig,
+    PolicyGradientTrainer,
+)
 
 
 @dataclass(frozen=True)

@@ -30,11 +30,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from envs.alfworld import ALFWORLD_DEFAULT_DATA
-from envs.alfworld.engine import GAME_FILE, TRAJ_FILE, GameFileError, read_game_file
-from envs.alfworld.generate import GENERATOR_VERSION, SPLIT_DIRS, generate_dataset
-from envs.alfworld.scenes import TASK_TYPES
-from envs.registry import DataFingerprint
+from creditgym.envs.alfworld import ALFWORLD_DEFAULT_DATA
+from creditgym.envs.alfworld.engine import GAME_FILE, TRAJ_FILE, GameFileError, read_game_file
+from creditgym.envs.alfworld.generate import GENERATOR_VERSION, SPLIT_DIRS, generate_dataset
+from creditgym.envs.alfworld.scenes import TASK_TYPES
+from creditgym.envs.registry import DataFingerprint
 
 logger = logging.getLogger(__name__)
 

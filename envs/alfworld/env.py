@@ -34,7 +34,7 @@ from typing import Any, ClassVar
 import gymnasium as gym
 from textworld.logic import Proposition
 
-from envs.alfworld.data import (
+from creditgym.envs.alfworld.data import (
     DEFAULT_SEED,
     DEFAULT_SIZES,
     GameEntry,
@@ -43,10 +43,10 @@ from envs.alfworld.data import (
     game_set_fingerprint,
     named_data_root,
 )
-from envs.alfworld.engine import WELCOME_BANNER, AlfredEngine, GameFileError
-from envs.alfworld.scenes import TASK_TYPES
-from envs.registry import DataFingerprint
-from envs.spaces import text_space
+from creditgym.envs.alfworld.engine import WELCOME_BANNER, AlfredEngine, GameFileError
+from creditgym.envs.alfworld.scenes import TASK_TYPES
+from creditgym.envs.registry import DataFingerprint
+from creditgym.envs.spaces import text_space
 
 # Predicates whose change is bookkeeping, not progress (examining marks things checked).
 BOOKKEEPING_PREDICATES = frozenset({"checked", "examined"})

@@ -38,8 +38,8 @@ import tyro
 from alfworld.info import ALFRED_PDDL_PATH, ALFRED_TWL2_PATH
 from tqdm import tqdm
 
-from envs.alfworld import scenes
-from envs.alfworld.engine import GAME_FILE, TRAJ_FILE, AlfredEngine, GameFileError
+from creditgym.envs.alfworld import scenes
+from creditgym.envs.alfworld.engine import GAME_FILE, TRAJ_FILE, AlfredEngine, GameFileError
 
 GENERATOR_VERSION = 1
 # Split name in the env -> folder name in json_2.1.1 (as the papers map them).

@@ -26,17 +26,17 @@ from typing import Any
 
 import gymnasium as gym
 
-from envs.code.actions import (
+from creditgym.envs.code.actions import (
     COMMANDS,
     CodeAction,
     assemble_program,
     defines_function,
     parse_action,
 )
-from envs.code.runner import CodeRunner, RunReport
-from envs.code.sandbox import ExecutionResult, Sandbox, SandboxLimits
-from envs.code.tasks import CodeTask, load_tasks
-from envs.spaces import text_space
+from creditgym.envs.code.runner import CodeRunner, RunReport
+from creditgym.envs.code.sandbox import ExecutionResult, Sandbox, SandboxLimits
+from creditgym.envs.code.tasks import CodeTask, load_tasks
+from creditgym.envs.spaces import text_space
 
 MAX_OBSERVATION_CHARS = 8192
 MAX_ACTION_CHARS = 24_000

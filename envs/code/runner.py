@@ -24,9 +24,9 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from envs.code.grading import split_messages
-from envs.code.sandbox import REPORT_FD, ExecutionResult, Sandbox
-from envs.code.tasks import CodeTask, names_tests_take_from_prompt
+from creditgym.envs.code.grading import split_messages
+from creditgym.envs.code.sandbox import REPORT_FD, ExecutionResult, Sandbox
+from creditgym.envs.code.tasks import CodeTask, names_tests_take_from_prompt
 
 DRIVER_SOURCE = (Path(__file__).parent / "driver.py").read_text(encoding="utf-8")
 # Both grading sandboxes run `grading.py` compiled here once and sent, with the payload,

@@ -23,7 +23,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from envs.mdp import StateView, Transition
+from creditgym.envs.mdp import StateView, Transition
 
 KEY = "key"
 NOTHING = "nothing"

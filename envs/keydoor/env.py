@@ -29,7 +29,7 @@ from typing import Any, ClassVar
 
 import gymnasium as gym
 
-from envs.keydoor.dynamics import (
+from creditgym.envs.keydoor.dynamics import (
     APPLE_REWARDS,
     DISTRACTOR_POOL,
     EAT,
@@ -51,8 +51,8 @@ from envs.keydoor.dynamics import (
     resolve,
     state_id,
 )
-from envs.seeding import replica_generator
-from envs.spaces import text_space
+from creditgym.envs.seeding import replica_generator
+from creditgym.envs.spaces import text_space
 
 DEFAULT_DELAY = 8
 DEFAULT_NUM_OBJECTS = 3

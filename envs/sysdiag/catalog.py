@@ -11,7 +11,7 @@ import random
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
-from envs.sysdiag.host import GIB, KIB, File, Host, Mount, Proc, Service
+from creditgym.envs.sysdiag.host import GIB, KIB, File, Host, Mount, Proc, Service
 
 HOSTNAMES = ("web", "app", "api", "edge", "prod-app", "svc", "node", "backend")
 APP_NAMES = (

@@ -29,11 +29,11 @@ from typing import Any, ClassVar
 
 import gymnasium as gym
 
-from envs.spaces import text_space
-from envs.sysdiag.catalog import build_host
-from envs.sysdiag.faults import FAULT_FAMILIES, Fault
-from envs.sysdiag.host import Host
-from envs.sysdiag.shell import Shell
+from creditgym.envs.spaces import text_space
+from creditgym.envs.sysdiag.catalog import build_host
+from creditgym.envs.sysdiag.faults import FAULT_FAMILIES, Fault
+from creditgym.envs.sysdiag.host import Host
+from creditgym.envs.sysdiag.shell import Shell
 
 logger = logging.getLogger(__name__)
 

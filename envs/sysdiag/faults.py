@@ -25,7 +25,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import ClassVar
 
-from envs.sysdiag.catalog import (
+from creditgym.envs.sysdiag.catalog import (
     APP_NAMES,
     USERS,
     nginx_service,
@@ -33,8 +33,8 @@ from envs.sysdiag.catalog import (
     python_app,
     redis_service,
 )
-from envs.sysdiag.host import File, Host, Service
-from envs.sysdiag.render import (
+from creditgym.envs.sysdiag.host import File, Host, Service
+from creditgym.envs.sysdiag.render import (
     comm_of,
     du_row,
     human,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from envs.sysdiag.host import Directory, File, Host, Mount, Proc
+from creditgym.envs.sysdiag.host import Directory, File, Host, Mount, Proc
 
 UNITS = "KMGTP"
 

@@ -17,10 +17,10 @@ import shlex
 from collections.abc import Callable
 from datetime import timedelta
 
-from envs.sysdiag.catalog import USERS
-from envs.sysdiag.faults import nameserver_works
-from envs.sysdiag.host import Directory, File, Host, Proc
-from envs.sysdiag.render import (
+from creditgym.envs.sysdiag.catalog import USERS
+from creditgym.envs.sysdiag.faults import nameserver_works
+from creditgym.envs.sysdiag.host import Directory, File, Host, Proc
+from creditgym.envs.sysdiag.render import (
     comm_of,
     df_row,
     du_row,

@@ -25,7 +25,7 @@ import itertools
 import random
 from dataclasses import dataclass
 
-from envs.mdp import StateView, Transition
+from creditgym.envs.mdp import StateView, Transition
 
 TAKE = "take the umbrella"
 LEAVE = "leave the umbrella"

@@ -28,9 +28,9 @@ from typing import Any, ClassVar
 
 import gymnasium as gym
 
-from envs.seeding import replica_generator
-from envs.spaces import text_space
-from envs.umbrella.dynamics import (
+from creditgym.envs.seeding import replica_generator
+from creditgym.envs.spaces import text_space
+from creditgym.envs.umbrella.dynamics import (
     FACT_POOL,
     INSTANCES,
     TASK_TEXT,
