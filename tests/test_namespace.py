@@ -94,9 +94,9 @@ def test_creditgym_runs_beside_the_openai_agents_sdk_installed_and_from_the_root
     probe = json.loads(found.stdout.splitlines()[-1])
     assert probe["agents"].startswith(str(sdk))
     assert probe["success"] == 1.0 and probe["advantages"] == [0.0, 0.0]
-    # The console script and `python -m benchmarks.run` from the root: one run each,
-    # playing episodes and scoring them with a credit module, the SDK on the path.
-    argv = ["--env", "keydoor", "--model", "random", "--credit", "grpo", "--steps", "1",
+    # The console script and `python -m benchmarks.run` from the root: one run each of
+    # `tiny` trained with GRPO for one step, then evaluated, the SDK on the path.
+    argv = ["--env", "keydoor", "--model", "tiny", "--credit", "grpo", "--steps", "1",
             "--tasks-per-step", "2", "--eval-episodes", "4", "--threads", "1"]  # fmt: skip
     console = Path(sys.executable).with_name("creditgym")
     runs = {
