@@ -33,7 +33,7 @@ import tyro
 
 from creditgym.agents.models import load_model
 from creditgym.agents.precision import cpu_features, native_bfloat16, use_bfloat16_matmuls
-from creditgym.benchmarks.perf.timing import machine_state
+from creditgym.benchmarks.perf.timing import machine_state, rss_mb
 from creditgym.credit.grpo import GRPO
 from creditgym.trainers.policy_gradient import (
     AgentConfig,
@@ -68,14 +68,6 @@ class BenchArgs:
     """Seeds tasks and sampling (the same for both paths)."""
 
 
-def _rss_mb() -> float:
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
-
-
 def measure(config: BenchArgs, path: str, results: dict) -> None:
     """`config.iterations` training iterations of one path in this (child) process."""
     torch.set_num_threads(config.threads)
@@ -98,7 +90,7 @@ def measure(config: BenchArgs, path: str, results: dict) -> None:
         trainer = PolicyGradientTrainer(
             loaded, GRPO(), ENV_ID, env_kwargs, agent, trainer_config, run_dir
         )
-        before = _rss_mb()
+        before = rss_mb()
         records = trainer.train()
 
     def mean(name: str) -> float:

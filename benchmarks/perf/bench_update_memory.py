@@ -23,7 +23,7 @@ import torch
 import tyro
 
 from creditgym.agents.models import load_model
-from creditgym.benchmarks.perf.timing import machine_state
+from creditgym.benchmarks.perf.timing import machine_state, rss_mb
 from creditgym.credit.rule_based import RuleBased
 from creditgym.trainers.policy_gradient import (
     AgentConfig,
@@ -46,14 +46,6 @@ class BenchArgs:
     """Longest response per step (constrained decoding)."""
     threads: int = 1
     """torch CPU threads."""
-
-
-def _rss_mb() -> float:
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
 
 
 def measure(config: BenchArgs, checkpointing: bool, results: dict) -> None:
@@ -80,7 +72,7 @@ def measure(config: BenchArgs, checkpointing: bool, results: dict) -> None:
             trainer_config,
             run_dir,
         )
-        before = _rss_mb()
+        before = rss_mb()
         record = trainer.train()[0]
     results[checkpointing] = {
         "before_mb": before,

@@ -75,6 +75,18 @@ def random_play_rates(env: Any, total_steps: int) -> dict[str, float]:
     }
 
 
+def rss_mb() -> float:
+    """This process's resident memory now, MB (Linux /proc; NaN where it cannot be read)."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return float("nan")
+
+
 def processor_name() -> str:
     """The CPU's model name from /proc/cpuinfo (Linux), else what `platform` knows."""
     try:
