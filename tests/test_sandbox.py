@@ -564,7 +564,7 @@ def test_device_nodes_work_where_the_hosts_dev_null_is_not_world_writable(
         cwd=REPOSITORY,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=600,
     )
     assert result.returncode == 0, result.stderr
     lines = [line.strip() for line in result.stdout.splitlines()]
@@ -592,7 +592,7 @@ def test_refused_user_namespaces_give_a_one_line_error() -> None:
         capture_output=True,
         text=True,
         env={"PATH": MINIMAL_ENV["PATH"], "PYTHONPATH": str(REPOSITORY), "HOME": "/tmp"},
-        timeout=120,
+        timeout=600,
     )
     lines = result.stdout.splitlines()
     assert len(lines) == 1, result.stdout + result.stderr
