@@ -2,8 +2,8 @@
 transformers), every registered environment imports and its scripted expert plays it to
 success through creditgym's own rollout loop.
 
-The venv is built once per set of core versions (under this Python's prefix,
-`light-<sha256>`): the core set from the lock, then the project with `--no-deps`
+The venv is built once per set of core versions and pyproject.toml (under this Python's
+prefix, `light-<sha256>`): the core set from the lock, then the project with `--no-deps`
 (editable, so the code played is this checkout's). Building it takes a few minutes, hence
 `slow`; later runs reuse it.
 """
@@ -65,9 +65,11 @@ def pip(python: Path, *arguments: str) -> None:
 @pytest.fixture(scope="session")
 def light_python() -> Path:
     """The Python of a venv holding the core lock and this checkout, built once."""
-    # Keyed by the pinned versions, not the file: a new digest line changes no package.
+    # Keyed by the pinned versions, not the lock file (a new digest line changes no
+    # package), and by pyproject.toml, whose package mapping the editable install records.
     locked = json.dumps(sorted(pins(CORE_LOCK).items()))
-    digest = hashlib.sha256(locked.encode()).hexdigest()[:16]
+    project = (REPO / "pyproject.toml").read_text(encoding="utf-8")
+    digest = hashlib.sha256((locked + project).encode()).hexdigest()[:16]
     venv = Path(sys.prefix) / f"light-{digest}"
     python = venv / "bin" / "python"
     if (venv / ".complete").is_file():
