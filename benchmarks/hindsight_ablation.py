@@ -62,7 +62,7 @@ from creditgym.measure.pools import (
     PoolError,
     PoolSettings,
     draw_task_truths,
-    sample_pool,
+    sample_task_pool,
 )
 from creditgym.measure.prefetch import prefetch_modules
 from creditgym.measure.truth_metrics import TruthSet
@@ -186,15 +186,8 @@ def collect_policy(args: AblationArgs, env_id: str, policy: LoadedModel) -> Coll
     env_kwargs = common.env_options(args.env_kwargs, "--env-kwargs")
     try:
         task_truths, truths = draw_task_truths(env_id, env_kwargs, policy, settings)
-        pool = sample_pool(
-            env_id,
-            env_kwargs,
-            [t.task_id for t in task_truths],
-            {t.task_id: t.table for t in task_truths},
-            policy,
-            settings,
-            ROLLOUT_SEED_BASE * (args.seed + 1),
-        )
+        seed = ROLLOUT_SEED_BASE * (args.seed + 1)
+        pool = sample_task_pool(env_id, env_kwargs, task_truths, policy, settings, seed)
     except PoolError as error:
         raise UsageError(str(error)) from error
     return Collected(pool, 0, truths, f"policy samples ({args.model}, shared noise per group)")

@@ -232,6 +232,21 @@ def sample_pool(
     ]
 
 
+def sample_task_pool(
+    env_id: str,
+    env_kwargs: Mapping[str, Any],
+    task_truths: Sequence[TaskTruth],
+    policy: LoadedModel | None,
+    settings: PoolSettings,
+    seed: int,
+) -> list[Trajectory]:
+    """`sample_pool` on the tasks of `task_truths` (`draw_task_truths`), each played by its
+    exact table where the policy is the table."""
+    task_ids = [t.task_id for t in task_truths]
+    tables = {t.task_id: t.table for t in task_truths}
+    return sample_pool(env_id, env_kwargs, task_ids, tables, policy, settings, seed)
+
+
 def module_credits(
     cls: type, context: CreditContext, pool: Sequence[Trajectory], size: int
 ) -> list[np.ndarray]:
@@ -321,15 +336,7 @@ def prepare_pool(
     memo = ScoreMemo()
     task_truths, truths = draw_task_truths(env_id, env_kwargs, policy, settings, memo)
     start = time.perf_counter()
-    pool = sample_pool(
-        env_id,
-        env_kwargs,
-        [t.task_id for t in task_truths],
-        {t.task_id: t.table for t in task_truths},
-        policy,
-        settings,
-        pool_seed,
-    )
+    pool = sample_task_pool(env_id, env_kwargs, task_truths, policy, settings, pool_seed)
     rollout_seconds = time.perf_counter() - start
     sampled_return = float(np.mean([t.total_return for t in pool]))
     exact_return = float(np.mean([t.truth.expected_return for t in task_truths]))
