@@ -15,6 +15,15 @@ rows of any age share one decode step. Columns that are padding for every row le
 are trimmed once the rows that needed them are gone. Rows that join together with an
 identical prompt (a GRPO group at its first step) are prefilled once.
 
+With `share_prefix`, a prompt prefix shared by the rows joining together (the system and
+task text every step of an episode repeats) is also prefilled once -- the automatic
+prefix caching of vLLM (Kwon et al. 2023) and SGLang's RadixAttention (Zheng et al.
+2024) -- and kept for the rows that join later with the same prefix, so a row arriving
+alone runs only its own suffix. Such a row's layout is [prefix | padding | suffix |
+generated tokens]: padding in the middle, masked like padding on the left, with the
+positions carried explicitly, so attention and positions are those of the full prompt
+and only the float rounding of the prefill differs (a prefix run at batch 1).
+
 Sampling is exactly `agents.llm`'s: each row draws Gumbel noise from its own generator
 and records log-probs under `agents.logprobs.sampling_logprobs`, so a row's tokens do
 not depend on which rows share its batch, up to float rounding in the logits.
@@ -29,9 +38,13 @@ import torch
 from torch import nn
 
 from creditgym.agents.constrained import TokenTrie
-from creditgym.agents.generation_cache import GenerationCache
+from creditgym.agents.generation_cache import GenerationCache, common_prefix_length
 from creditgym.agents.kv_cache import growing_cache, join_rows, trim_left
 from creditgym.agents.logprobs import sampling_logprobs
+
+# Shorter common prefixes are prefilled with each prompt: a separate batch-1 forward
+# costs more in per-call overhead than a few tokens save.
+MIN_SHARED_PREFIX = 16
 
 
 @dataclass(frozen=True)
@@ -66,6 +79,8 @@ class ContinuousBatch:
         generation_cache: where each prefilled prompt's keys and values, and each
             finished response's output-layer inputs, are kept for hindsight scoring
             (`agents.generation_cache`); None keeps nothing.
+        share_prefix: prefill a prompt prefix shared by joining rows once and reuse it
+            for later rows (module docstring); False runs every distinct prompt in full.
     """
 
     def __init__(
@@ -77,6 +92,7 @@ class ContinuousBatch:
         max_new_tokens: int,
         stop: Callable[[list[int], TokenTrie | None], bool],
         generation_cache: GenerationCache | None = None,
+        share_prefix: bool = False,
     ) -> None:
         self.model = model
         self.pad_id = pad_id
@@ -84,6 +100,10 @@ class ContinuousBatch:
         self.max_new_tokens = max_new_tokens
         self.stop = stop
         self.generation_cache = generation_cache
+        self.share_prefix = share_prefix
+        # The last shared prefix prefilled: (token ids, per layer (keys, values) [1, kv_heads,
+        # P, head_dim]); valid for this batch's lifetime, in which the weights do not change.
+        self._prefix: tuple[tuple[int, ...], list[tuple[torch.Tensor, torch.Tensor]]] | None = None
         # Response hidden states are kept only if the first prefill shows that the output
         # layer alone maps them to the logits (no scaling or capping after it).
         self._keep_hidden: bool | None = None
@@ -198,16 +218,47 @@ class ContinuousBatch:
             hook.remove()
         return output, captured[-1][:, -1]
 
-    def _keep_prompts(self, prompts: list[tuple[int, ...]], cache, width: int) -> None:
-        """Copy each prefilled prompt's keys and values (its row's last len(prompt)
-        columns of the left-padded prefill) into the generation cache, if it wants them."""
+    def _keep_prompts(self, prompts: list[tuple[int, ...]], cache, mask: torch.Tensor) -> None:
+        """Copy each prefilled prompt's keys and values (the columns its row of `mask`,
+        [len(prompts), W], marks) into the generation cache, if it wants them."""
         first = cache.layers[0].keys
         per_token = 2 * len(cache.layers) * first.shape[1] * first.shape[-1] * first.element_size()
         for k, prompt in enumerate(prompts):
             if self.generation_cache.wants_prompt(prompt, per_token * len(prompt)):
-                cut = width - len(prompt)
-                kv = [(layer.keys[k, :, cut:], layer.values[k, :, cut:]) for layer in cache.layers]
+                columns = mask[k].nonzero().squeeze(-1)
+                kv = [
+                    (layer.keys[k, :, columns], layer.values[k, :, columns])
+                    for layer in cache.layers
+                ]
                 self.generation_cache.put_prompt(prompt, kv)
+
+    def _shared_prefix(
+        self, prompts: list[tuple[int, ...]]
+    ) -> tuple[tuple[int, ...], list[tuple[torch.Tensor, torch.Tensor]]] | None:
+        """The prefix to prefill `prompts` after: the kept one if every prompt extends it,
+        else their common prefix when several join (prefilled now, then kept), else None.
+        Every prompt keeps at least one token of its own (its last gives its logits)."""
+        if self._prefix is not None:
+            ids = self._prefix[0]
+            if all(len(p) > len(ids) and p[: len(ids)] == ids for p in prompts):
+                return self._prefix
+        if len(prompts) < 2:
+            return None
+        length = min(len(p) for p in prompts) - 1
+        for other in prompts[1:]:
+            length = min(length, common_prefix_length(prompts[0], other))
+        if length < MIN_SHARED_PREFIX:
+            return None
+        ids = prompts[0][:length]
+        cache = growing_cache()
+        self.model(
+            input_ids=torch.tensor([ids], dtype=torch.long, device=self.device),
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        self._prefix = (ids, [(layer.keys.clone(), layer.values.clone()) for layer in cache.layers])
+        return self._prefix
 
     def _admit(self) -> None:
         """Prefill the waiting rows (one left-padded forward over their distinct
@@ -216,25 +267,34 @@ class ContinuousBatch:
         distinct: dict[tuple[int, ...], int] = {}
         index = [distinct.setdefault(row.prompt, len(distinct)) for row in new]
         prompts = list(distinct)
-        width = max(len(p) for p in prompts)
+        prefix = self._shared_prefix(prompts) if self.share_prefix else None
+        shared = len(prefix[0]) if prefix is not None else 0
+        # Each row: [prefix | left padding | its suffix]; without a prefix, [padding | prompt].
+        width = max(len(p) for p in prompts) - shared
         input_ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(prompts), width), dtype=torch.long)
+        mask = torch.zeros((len(prompts), shared + width), dtype=torch.long)
+        mask[:, :shared] = 1
         for k, prompt in enumerate(prompts):
-            input_ids[k, width - len(prompt) :] = torch.tensor(prompt, dtype=torch.long)
-            mask[k, width - len(prompt) :] = 1
+            suffix = prompt[shared:]
+            input_ids[k, width - len(suffix) :] = torch.tensor(suffix, dtype=torch.long)
+            mask[k, shared + width - len(suffix) :] = 1
         input_ids, mask = input_ids.to(self.device), mask.to(self.device)
         cache = growing_cache()  # in-place appends: no O(L) copy per token
+        if prefix is not None:  # every row starts from the prefix's keys and values
+            for layer, (keys, values) in enumerate(prefix[1]):
+                rows = len(prompts)
+                cache.update(keys.expand(rows, -1, -1, -1), values.expand(rows, -1, -1, -1), layer)
         output, head_inputs = self._forward(
             input_ids=input_ids,
             attention_mask=mask,
-            position_ids=(mask.cumsum(-1) - 1).clamp(min=0),
+            position_ids=(mask.cumsum(-1) - 1).clamp(min=0)[:, shared:],
             past_key_values=cache,
             use_cache=True,
             logits_to_keep=1,
         )
         logits = output.logits[:, -1]
         if self.generation_cache is not None:
-            self._keep_prompts(prompts, cache, width)
+            self._keep_prompts(prompts, cache, mask)
             if self._keep_hidden is None:
                 head = self.model.get_output_embeddings()
                 self._keep_hidden = torch.allclose(head(head_inputs), logits, 1e-4, 1e-4)

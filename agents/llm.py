@@ -102,6 +102,9 @@ class LLMAgent:
         generation_cache: keeps prompts' keys and values and responses' hidden states for
             hindsight scoring (`agents.generation_cache`; trainers pass their credit
             module's); None: nothing kept.
+        share_prefix: prefill a prompt prefix that steps share (system and task text)
+            once and reuse it (`agents.batching.ContinuousBatch`); off by default, so
+            runs made before it keep their arithmetic.
     """
 
     def __init__(
@@ -114,6 +117,7 @@ class LLMAgent:
         constrained: bool = SamplingConfig.constrained,
         seed: int = 0,
         generation_cache: GenerationCache | None = None,
+        share_prefix: bool = False,
     ) -> None:
         check_sampling_params(temperature, top_p)
         if max_new_tokens < 1:
@@ -129,6 +133,7 @@ class LLMAgent:
         if generation_cache is not None and not generation_cache.serves(loaded.model):
             raise ValueError(f"model {loaded.name!r}: its generation cache is another model's")
         self.generation_cache = generation_cache
+        self.share_prefix = share_prefix
         self._calls = 0  # seeds rows that come without an episode key
 
     def messages(self, agent_input: AgentInput) -> list[dict[str, str]]:
@@ -167,6 +172,7 @@ class LLMAgent:
             max_new_tokens=self.config.max_new_tokens,
             stop=self._finished,
             generation_cache=self.generation_cache,
+            share_prefix=self.share_prefix,
         )
 
     def _finished(self, generated: list[int], trie: TokenTrie | None) -> bool:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from creditgym.agents.batching import ContinuousBatch
+from creditgym.agents.batching import MIN_SHARED_PREFIX, ContinuousBatch
 from creditgym.agents.llm import _row_generator
 from creditgym.agents.models import build_tiny
 
@@ -21,7 +21,7 @@ def tiny(device):
     return loaded
 
 
-def make_batch(tiny, max_new_tokens=MAX_NEW, stop=None) -> ContinuousBatch:
+def make_batch(tiny, max_new_tokens=MAX_NEW, stop=None, share_prefix=False) -> ContinuousBatch:
     return ContinuousBatch(
         tiny.model,
         pad_id=tiny.tokenizer.pad_token_id,
@@ -29,6 +29,7 @@ def make_batch(tiny, max_new_tokens=MAX_NEW, stop=None) -> ContinuousBatch:
         top_p=1.0,
         max_new_tokens=max_new_tokens,
         stop=stop or (lambda tokens, trie: False),
+        share_prefix=share_prefix,
     )
 
 
@@ -119,6 +120,54 @@ def test_identical_prompts_share_one_prefill_and_still_sample_apart(tiny, monkey
         assert done[replica].token_ids == expected.token_ids
         assert done[replica].logprobs == pytest.approx(expected.logprobs, abs=1e-4)
     assert len({done[r].token_ids for r in range(4)}) == 4
+
+
+def test_a_shared_prefix_is_prefilled_once_and_rows_sample_as_if_alone(tiny, monkeypatch):
+    # Steps of one task: the same system and task text, then each step's own observation.
+    system = "You are an agent in a house. Your task: find the key and open the door. "
+    steps = {
+        "s1": prompt(tiny, system + "You see a lamp and a key."),
+        "s2": prompt(tiny, system + "The corridor is long; an apple lies here."),
+        "s3": prompt(tiny, system + "A door."),
+        # joins later, alone: runs only its suffix after the kept prefix
+        "late": prompt(tiny, system + "You hold the key. The door is locked."),
+        # joins later with another text: no prefix of its own to share, run in full
+        "other": prompt(tiny, "Another env's prompt entirely, of some length."),
+    }
+    common = len(prompt(tiny, system)) - 1  # token boundaries may merge at the seam
+    assert common >= MIN_SHARED_PREFIX
+    widths = []
+    forward = tiny.model.forward
+
+    def counting_forward(*args, **kwargs):
+        widths.append(kwargs["input_ids"].shape)
+        return forward(*args, **kwargs)
+
+    monkeypatch.setattr(tiny.model, "forward", counting_forward)
+    batch = make_batch(tiny, share_prefix=True)
+    for key in ("s1", "s2", "s3"):
+        batch.add(key, steps[key], None, _row_generator(key))
+    got = {}
+    for step in range(3 * MAX_NEW):
+        if step == 4:
+            batch.add("late", steps["late"], None, _row_generator("late"))
+        if step == 7:
+            batch.add("other", steps["other"], None, _row_generator("other"))
+        got.update(batch.advance())
+        if not len(batch):
+            break
+    monkeypatch.undo()
+    shared = len(batch._prefix[0])
+    assert shared >= common
+    # the prefix once at batch 1, then the three suffixes: no row's prefill is its full prompt
+    assert widths[0] == (1, shared)
+    assert widths[1] == (3, max(len(steps[k]) for k in ("s1", "s2", "s3")) - shared)
+    assert (1, len(steps["late"]) - shared) in widths
+    assert (1, len(steps["other"])) in widths
+    for key, ids in steps.items():
+        expected = alone(tiny, ids, key)
+        assert got[key].token_ids == expected.token_ids, key
+        assert got[key].logprobs == pytest.approx(expected.logprobs, abs=1e-4), key
 
 
 def test_empty_prompt_is_a_clear_error(tiny):

@@ -78,8 +78,14 @@ def test_a_weight_update_empties_the_cache():
     assert len(cache) == 0 and cache.nbytes == 0
 
 
-def rollouts(tiny, generation_cache):
-    agent = LLMAgent(tiny, max_new_tokens=24, seed=5, generation_cache=generation_cache)
+def rollouts(tiny, generation_cache, share_prefix=False):
+    agent = LLMAgent(
+        tiny,
+        max_new_tokens=24,
+        seed=5,
+        generation_cache=generation_cache,
+        share_prefix=share_prefix,
+    )
     trajectories, _ = collect(
         ENV_ID, agent, seeds=[11, 12], env_kwargs={"max_steps": 2}, num_envs=2, progress=False
     )
@@ -96,9 +102,12 @@ def test_response_hidden_states_are_keyed_by_prompt_and_response():
         cache.put_response((1,), (4, 5, 6), torch.ones(2, 8))
 
 
-def test_scoring_with_the_generation_cache_equals_recomputing(tiny):
+# With a shared prefix, the kept prompts come from rows laid out [prefix | padding |
+# suffix]: what is kept must be the prompt's own columns all the same.
+@pytest.mark.parametrize("share_prefix", [False, True], ids=["full-prefill", "shared-prefix"])
+def test_scoring_with_the_generation_cache_equals_recomputing(tiny, share_prefix):
     cache = GenerationCache(tiny.model)
-    batch = rollouts(tiny, cache)
+    batch = rollouts(tiny, cache, share_prefix)
     steps = [(traj, t) for traj in batch for t in range(traj.length)]
     # every generated prompt and response kept
     assert cache.stats["prompts_stored"] == cache.stats["responses_stored"] == len(steps) >= 3

@@ -233,6 +233,11 @@ class TrainerCore(abc.ABC):
     `resume` (which may load trained weights) before training.
     """
 
+    # Rollouts prefill a prompt prefix their steps share once (`agents.batching`); a
+    # subclass turns it on where its update shares the prefix too (the policy-gradient
+    # trainer's LoRA runs), so runs made before it keep their arithmetic.
+    share_prefix: bool = False
+
     def __init__(
         self,
         loaded: LoadedModel,
@@ -349,6 +354,7 @@ class TrainerCore(abc.ABC):
             seed=derive_seed(config.seed, iteration, "agent"),
             # hindsight credit modules reuse what generation computed (agents.generation_cache)
             generation_cache=self.credit.generation_cache,
+            share_prefix=self.share_prefix,
         )
         trajectories, _ = collect(
             self.env_id,

@@ -158,7 +158,8 @@ class PolicyGradientConfig:
     shared_prefix: bool | None = None
     """Run the prompt prefix a micro-batch's steps share (the system and task text) once,
     with gradient, and let every step attend to it (`agents.logprobs.action_logprobs`):
-    the same log-probs and gradients up to float rounding, for fewer tokens. None (auto):
+    the same log-probs and gradients up to float rounding, for fewer tokens; rollouts
+    likewise prefill the prefix their steps share once (`agents.batching`). None (auto):
     on for LoRA, where a pretrained model's update is the iteration's cost; off for full
     fine-tuning of `tiny` / `small`, whose updates are bound by per-call overhead (and
     whose earlier runs keep their arithmetic)."""

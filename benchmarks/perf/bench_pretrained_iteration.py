@@ -8,10 +8,11 @@ Markov env), once per path, each path in a fresh process (peak resident memory o
 grows within a process), one after the other in the same run so that both see the same
 machine load:
 
-- old: float32 throughout, every step's prompt run in full by the update;
+- old: float32 throughout, every step's prompt run in full by the rollout and the update;
 - new: bfloat16 products where this CPU has them natively (`agents.precision`, AMX or
-  AVX-512 BF16; float32 elsewhere), and the update's shared prompt prefix run once per
-  chunk (`PolicyGradientConfig.shared_prefix`, `agents.logprobs`).
+  AVX-512 BF16; float32 elsewhere), and the prompt prefix steps share run once: per
+  micro-batch in the update (`PolicyGradientConfig.shared_prefix`, `agents.logprobs`),
+  per prefix in the rollout's prefill (`agents.batching`).
 
 Prints the processor's features, each path's rollout and update seconds, step rows,
 peak RSS, gradient norm and clip fraction (0 on the first epoch when the ratio is 1
