@@ -88,7 +88,22 @@ def use_bfloat16_matmuls(model: nn.Module) -> int:
                 module.__class__ = BFloat16Linear
                 module.to(torch.bfloat16)
                 converted += 1
+    if converted:
+        _own_remaining_weights(model)
     return converted
+
+
+@torch.no_grad()
+def _own_remaining_weights(model: nn.Module) -> None:
+    """Copy the weights left in float32 (embeddings, norms, the output layer) out of the
+    checkpoint's file mapping. transformers maps a safetensors file once and slices every
+    weight out of that one mapping; the conversion read (so made resident) every float32
+    decoder page, and the mapping lives as long as any weight still points into it.
+    Owning those few weights lets it go: about 300 MB less resident memory for
+    smollm2-135m (1,010 -> 714 MB after loading and converting)."""
+    for parameter in model.parameters():
+        if parameter.dtype != torch.bfloat16:
+            parameter.data = parameter.data.clone()
 
 
 def has_bfloat16_matmuls(model: nn.Module) -> bool:

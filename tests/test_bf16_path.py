@@ -13,9 +13,12 @@ about 0.1 and a mean of 1.3e-3 (docs/training.md).
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 from peft import PeftModel
+from transformers import AutoModelForCausalLM
 
 import tests.rollout_envs  # noqa: F401  (registers Corridor-v0 in this process)
 from creditgym.agents.llm import LLMAgent
@@ -50,6 +53,41 @@ def test_decoder_linears_become_bfloat16_and_the_rest_stays_float32():
     assert all(p.dtype == torch.float32 for n, p in model.named_parameters() if "norm" in n)
     x = torch.randn(3, 5, model.config.hidden_size)
     assert model.model.layers[0].mlp.up_proj(x).dtype == torch.float32
+
+
+def mapped_ranges(path) -> list[tuple[int, int]]:
+    """Address ranges of this process's mappings of the file `path` (/proc/self/maps)."""
+    ranges = []
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            if line.rstrip().endswith(str(path)):
+                start, end = (int(x, 16) for x in line.split()[0].split("-"))
+                ranges.append((start, end))
+    return ranges
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="needs Linux /proc")
+def test_conversion_lets_the_checkpoint_file_mapping_go(tmp_path):
+    # transformers slices every weight out of one mapping of the safetensors file; the
+    # float32 weights left after conversion must be copied out of it, or the mapping
+    # (whose decoder pages the conversion made resident) stays for the model's lifetime.
+    build_tiny().model.save_pretrained(tmp_path)
+    model = AutoModelForCausalLM.from_pretrained(tmp_path, dtype=torch.float32)
+    weights = tmp_path / "model.safetensors"
+
+    def in_mapping(tensor) -> bool:
+        pointer = tensor.untyped_storage().data_ptr()
+        return any(start <= pointer < end for start, end in mapped_ranges(weights))
+
+    assert any(in_mapping(p) for p in model.parameters())  # loaded by mapping the file
+    tied = model.lm_head.weight is model.model.embed_tokens.weight
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    use_bfloat16_matmuls(model)
+    assert not any(in_mapping(p) for p in model.parameters())
+    assert (model.lm_head.weight is model.model.embed_tokens.weight) == tied
+    for name, p in model.named_parameters():
+        if p.dtype == torch.float32:
+            assert torch.equal(p, before[name]), name
 
 
 def test_lora_over_bfloat16_matmuls_trains_float32_adapters_only():
