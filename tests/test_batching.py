@@ -46,6 +46,20 @@ def alone(tiny, ids, key):
     return done[0][1]
 
 
+def generate_with_joins(batch, prompts, joins) -> dict:
+    """Run `batch` to completion; prompts[key] joins before decode step joins[key]
+    (0: before the first). Returns each key's generation."""
+    got = {}
+    for step in range(3 * MAX_NEW):
+        for key, at in joins.items():
+            if at == step:
+                batch.add(key, prompts[key], None, _row_generator(key))
+        got.update(batch.advance())
+        if not len(batch):
+            break
+    return got
+
+
 def test_rows_joining_mid_generation_sample_as_if_alone(tiny):
     prompts = {
         "short": prompt(tiny, "check the disk"),
@@ -56,19 +70,8 @@ def test_rows_joining_mid_generation_sample_as_if_alone(tiny):
         "late": prompt(tiny, "ls /var/log"),
     }
     expected = {key: alone(tiny, ids, key) for key, ids in prompts.items()}
-    batch = make_batch(tiny)
-    batch.add("short", prompts["short"], None, _row_generator("short"))
-    got = {}
-    for step in range(3 * MAX_NEW):
-        if step == 5:
-            batch.add("medium", prompts["medium"], None, _row_generator("medium"))
-        if step == 9:
-            batch.add("long", prompts["long"], None, _row_generator("long"))
-        if step == 12:
-            batch.add("late", prompts["late"], None, _row_generator("late"))
-        got.update(batch.advance())
-        if not len(batch):
-            break
+    joins = {"short": 0, "medium": 5, "long": 9, "late": 12}
+    got = generate_with_joins(make_batch(tiny), prompts, joins)
     assert set(got) == set(prompts)
     for key, generation in got.items():
         assert generation.token_ids == expected[key].token_ids, key
@@ -97,16 +100,23 @@ def test_rows_leave_when_they_stop_and_padding_columns_are_trimmed(tiny):
     assert done["b"].logprobs == pytest.approx(expected.logprobs, abs=1e-4)
 
 
-def test_identical_prompts_share_one_prefill_and_still_sample_apart(tiny, monkeypatch):
-    ids = prompt(tiny, "a GRPO group: eight rollouts of one task")
-    widths = []
+def record_forward_shapes(tiny, monkeypatch) -> list:
+    """The input_ids shape [rows, tokens] of every forward of `tiny` from now on, appended
+    as they run (until `monkeypatch.undo()`)."""
+    shapes = []
     forward = tiny.model.forward
 
-    def counting_forward(*args, **kwargs):
-        widths.append(kwargs["input_ids"].shape)
+    def recording_forward(*args, **kwargs):
+        shapes.append(kwargs["input_ids"].shape)
         return forward(*args, **kwargs)
 
-    monkeypatch.setattr(tiny.model, "forward", counting_forward)
+    monkeypatch.setattr(tiny.model, "forward", recording_forward)
+    return shapes
+
+
+def test_identical_prompts_share_one_prefill_and_still_sample_apart(tiny, monkeypatch):
+    ids = prompt(tiny, "a GRPO group: eight rollouts of one task")
+    widths = record_forward_shapes(tiny, monkeypatch)
     batch = make_batch(tiny)
     for replica in range(4):
         batch.add(replica, ids, None, _row_generator(f"r{replica}"))
@@ -136,26 +146,9 @@ def test_a_shared_prefix_is_prefilled_once_and_rows_sample_as_if_alone(tiny, mon
     }
     common = len(prompt(tiny, system)) - 1  # token boundaries may merge at the seam
     assert common >= MIN_SHARED_PREFIX
-    widths = []
-    forward = tiny.model.forward
-
-    def counting_forward(*args, **kwargs):
-        widths.append(kwargs["input_ids"].shape)
-        return forward(*args, **kwargs)
-
-    monkeypatch.setattr(tiny.model, "forward", counting_forward)
+    widths = record_forward_shapes(tiny, monkeypatch)
     batch = make_batch(tiny, share_prefix=True)
-    for key in ("s1", "s2", "s3"):
-        batch.add(key, steps[key], None, _row_generator(key))
-    got = {}
-    for step in range(3 * MAX_NEW):
-        if step == 4:
-            batch.add("late", steps["late"], None, _row_generator("late"))
-        if step == 7:
-            batch.add("other", steps["other"], None, _row_generator("other"))
-        got.update(batch.advance())
-        if not len(batch):
-            break
+    got = generate_with_joins(batch, steps, {"s1": 0, "s2": 0, "s3": 0, "late": 4, "other": 7})
     monkeypatch.undo()
     shared = len(batch._prefix[0])
     assert shared >= common
