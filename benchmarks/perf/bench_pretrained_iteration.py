@@ -15,8 +15,9 @@ machine load:
   per prefix in the rollout's prefill (`agents.batching`).
 
 Prints the processor's features, each path's rollout and update seconds, step rows,
-peak RSS, gradient norm and clip fraction (0 on the first epoch when the ratio is 1
-within the clip range), and the new / old ratios.
+peak RSS (at the end of the first rollout and overall, to tell which phase sets it),
+gradient norm and clip fraction (0 on the first epoch when the ratio is 1 within the
+clip range), and the new / old ratios.
 
     python -m benchmarks.perf.bench_pretrained_iteration            # 1 thread
     python -m benchmarks.perf.bench_pretrained_iteration --threads 2  # on an idle machine
@@ -69,6 +70,11 @@ class BenchArgs:
     """Seeds tasks and sampling (the same for both paths)."""
 
 
+def peak_mb() -> float:
+    """This process's peak resident memory so far, MB."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def measure(config: BenchArgs, path: str, results: dict) -> None:
     """`config.iterations` training iterations of one path in this (child) process."""
     torch.set_num_threads(config.threads)
@@ -92,6 +98,15 @@ def measure(config: BenchArgs, path: str, results: dict) -> None:
             loaded, GRPO(), ENV_ID, env_kwargs, agent, trainer_config, run_dir
         )
         before = rss_mb()
+        rollout_peaks = []
+        rollout_and_credit = trainer.rollout_and_credit
+
+        def rollout_then_peak():  # the peak so far once each rollout (and credit) ends
+            phase = rollout_and_credit()
+            rollout_peaks.append(peak_mb())
+            return phase
+
+        trainer.rollout_and_credit = rollout_then_peak
         records = trainer.train()
 
     def mean(name: str) -> float:
@@ -103,7 +118,8 @@ def measure(config: BenchArgs, path: str, results: dict) -> None:
         "train_s": mean("time/train_s"),
         "steps": mean("rollout/traj_length") * mean("rollout/num_trajectories"),
         "before_mb": before,
-        "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "rollout_peak_mb": rollout_peaks[0],
+        "peak_mb": peak_mb(),
         "grad_norm": mean("charts/grad_norm"),
         "clip_frac": mean("charts/clip_frac"),
     }
@@ -132,7 +148,8 @@ def main(config: BenchArgs) -> None:
     )
     print(
         f"{'path':<5}{'precision':>19}{'steps':>7}{'rollout s':>11}{'update s':>10}"
-        f"{'total s':>9}{'RSS before':>12}{'peak RSS':>10}{'grad norm':>11}{'clip':>7}"
+        f"{'total s':>9}{'RSS before':>12}{'peak: rollout':>15}{'peak':>9}{'grad norm':>11}"
+        f"{'clip':>7}"
     )
     for path in PATHS:
         if path not in results:
@@ -141,7 +158,8 @@ def main(config: BenchArgs) -> None:
         print(
             f"{path:<5}{row['precision']:>19}{row['steps']:>7.0f}{row['rollout_s']:>11.1f}"
             f"{row['train_s']:>10.1f}{row['rollout_s'] + row['train_s']:>9.1f}"
-            f"{row['before_mb']:>9.0f} MB{row['peak_mb']:>7.0f} MB{row['grad_norm']:>11.4f}"
+            f"{row['before_mb']:>9.0f} MB{row['rollout_peak_mb']:>12.0f} MB"
+            f"{row['peak_mb']:>6.0f} MB{row['grad_norm']:>11.4f}"
             f"{row['clip_frac']:>7.3f}"
         )
     if len(results) == 2:
