@@ -1,8 +1,9 @@
 """The configuration of one run of `python -m benchmarks.run`: `RunConfig` and its presets.
 
 Each field is declared once here, with its type, default and a docstring that becomes
-`--help` (`benchmarks/run.py: parse_config`); the run identity (`benchmarks/run.py:
-run_identity`) reads the field lists below to decide which fields name a run folder.
+`--help` (`benchmarks/run.py: parse_config`); the run identity
+(`benchmarks/run_identity.py`) reads the field list below to decide which fields name a
+run folder.
 """
 
 from __future__ import annotations

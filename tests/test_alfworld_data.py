@@ -16,7 +16,9 @@ import pytest
 
 from creditgym import envs
 from creditgym.benchmarks import records
-from creditgym.benchmarks.run import RunConfig, main, prepare_run_dir, run_name
+from creditgym.benchmarks.run import main, prepare_run_dir
+from creditgym.benchmarks.run_config import RunConfig
+from creditgym.benchmarks.run_identity import run_name
 from creditgym.envs.alfworld.data import (
     DEFAULT_GAME_SET,
     DEFAULT_SIZES,

@@ -11,7 +11,10 @@ import math
 import numpy as np
 import pytest
 
-from creditgym.benchmarks.run import LATER_FIELDS, RunConfig, build_credit, main, run_name
+from creditgym.benchmarks.run import main
+from creditgym.benchmarks.run_build import build_credit
+from creditgym.benchmarks.run_config import LATER_FIELDS, RunConfig
+from creditgym.benchmarks.run_identity import run_name
 from creditgym.credit.base import CreditContext, build
 from creditgym.credit.gigpo import (
     GiGPO,

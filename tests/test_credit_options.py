@@ -26,17 +26,13 @@ import pytest
 from creditgym import credit
 from creditgym.agents.models import build_tiny
 from creditgym.agents.prompts import HINDSIGHT_POSITIONS
+from creditgym.benchmarks import common
 from creditgym.benchmarks.cli import UsageError
-from creditgym.benchmarks.run import (
-    RunConfig,
-    credit_options_of,
-    env_id_for,
-    main,
-    parse_config,
-    run_identity,
-    run_name,
-    training_credit,
-)
+from creditgym.benchmarks.run import main, parse_config
+from creditgym.benchmarks.run_config import RunConfig
+from creditgym.benchmarks.run_identity import run_identity, run_name
+from creditgym.benchmarks.run_settings import credit_options_of
+from creditgym.benchmarks.run_train import training_credit
 from creditgym.credit.exact_hindsight import OUTCOMES
 from creditgym.credit.hca import Outcome
 from creditgym.credit.hindsight import WORDINGS, HindsightPosition, WordingName
@@ -91,7 +87,7 @@ def test_every_option_reaches_the_module_from_the_command_line(module, key, tiny
     texts = (f"{key}={format_value(value)}", *COMPANIONS.get((module, key), ()))
     argv = ["--credit", module, "--env", "keydoor", "--model", "tiny", "--out", str(tmp_path)]
     cfg = parse_config([*argv, "--credit-options", *texts])
-    built = training_credit(cfg, env_id_for(cfg.env), tiny)
+    built = training_credit(cfg, common.env_id(cfg.env), tiny)
     assert getattr(built.options, key) == value
     assert f"{key}={format_value(value)}" in run_identity(cfg)["credit_options"]
 
@@ -259,7 +255,7 @@ def recipe_module(monkeypatch):
 def test_the_recipe_module_takes_its_options_from_the_command_line(recipe_module, tmp_path):
     argv = ["--credit", "discounted", "--env", "keydoor", "--model", "tiny", "--out", str(tmp_path)]
     cfg = parse_config([*argv, "--credit-options", "gamma=0.5"])
-    module = training_credit(cfg, env_id_for(cfg.env), None)
+    module = training_credit(cfg, common.env_id(cfg.env), None)
     assert module.options == recipe_module.Options(0.5)
     assert run_identity(cfg)["credit_options"] == ["gamma=0.5"]
     at_default = dataclasses.replace(cfg, credit_options=("gamma=0.90",))

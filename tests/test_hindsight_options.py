@@ -12,7 +12,9 @@ from creditgym.agents.models import build_tiny
 from creditgym.agents.prompts import INSTRUCTION, build_messages
 from creditgym.benchmarks.cli import UsageError
 from creditgym.benchmarks.hindsight_ablation import main
-from creditgym.benchmarks.run import RunConfig, run_identity, run_name, validate
+from creditgym.benchmarks.run_config import RunConfig
+from creditgym.benchmarks.run_identity import run_identity, run_name
+from creditgym.benchmarks.run_validate import validate
 from creditgym.credit import REGISTRY
 from creditgym.credit.base import CreditContext, build
 from creditgym.credit.hcapo import HCAPO, HCAPOOptions, outcome_hindsight, self_normalised_ratio

@@ -15,7 +15,9 @@ import pytest
 
 from creditgym.benchmarks import leaderboard, plots, records, sweep
 from creditgym.benchmarks import run as run_module
-from creditgym.benchmarks.run import RunConfig, method_label, prepare_run_dir, run
+from creditgym.benchmarks.run import prepare_run_dir, run
+from creditgym.benchmarks.run_config import RunConfig
+from creditgym.benchmarks.run_identity import method_label
 
 SWEEP_TOML = """
 [common]

@@ -16,7 +16,9 @@ from creditgym.agents.models import build_tiny
 from creditgym.agents.tabular import TableAgent
 from creditgym.agents.trajectory import REWARD_CHANNELS, RewardChannel, Trajectory, outcome_channel
 from creditgym.benchmarks import leaderboard, records, study
-from creditgym.benchmarks.run import RunConfig, run, run_name
+from creditgym.benchmarks.run import run
+from creditgym.benchmarks.run_config import RunConfig
+from creditgym.benchmarks.run_identity import run_name
 from creditgym.credit.base import verdict
 from creditgym.credit.grpo import GRPO
 from creditgym.credit.hcapo import HCAPO, HCAPOOptions
