@@ -118,7 +118,7 @@ def prepare_run_dir(cfg: RunConfig) -> Path:
         **json.loads(json.dumps(dataclasses.asdict(cfg), default=str)),
         "env_id": common.env_id(cfg.env),
         "max_episode_steps": step_limit(cfg),
-        # Which data was played, also where the identity leaves the default out.
+        # Which data was played (the identity hashes it too).
         "game_set": None if played is None else played.description,
         # The vocabulary of a model whose tokenizer the repository builds (`small`): a
         # resume under another one is refused (`check_vocabulary`).

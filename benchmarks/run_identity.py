@@ -10,15 +10,11 @@ import dataclasses
 import hashlib
 import json
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from creditgym.benchmarks import common, records
-from creditgym.benchmarks.run_config import (
-    LATER_FIELDS,
-    LEGACY_HISTORY_LEN,
-    NON_IDENTITY_FIELDS,
-    RunConfig,
-)
+from creditgym.benchmarks.run_config import NON_IDENTITY_FIELDS, RunConfig
 from creditgym.benchmarks.run_settings import (
     EVAL_ONLY,
     NO_CREDIT,
@@ -39,7 +35,6 @@ def run_identity(cfg: RunConfig) -> dict[str, Any]:
         key: value
         for key, value in dataclasses.asdict(cfg).items()
         if key not in NON_IDENTITY_FIELDS
-        and not (key in LATER_FIELDS and value == RunConfig.__dataclass_fields__[key].default)
     }
     identity["env"] = common.env_id(cfg.env)
     identity["group_size"] = group_size(cfg)
@@ -47,23 +42,15 @@ def run_identity(cfg: RunConfig) -> dict[str, Any]:
     # Named credit options as parsed values: off their defaults, sorted, one spelling each
     # (`credit.options.canonical_texts`), so `x=true`, `x=True` and `x=1` are one run and
     # an option spelled out at its default is the run without it.
-    identity.pop("credit_options", None)
-    if canonical_credit_options(cfg):
-        identity["credit_options"] = list(canonical_credit_options(cfg))
-    # Hash the resolved K, except the legacy 2 (how every earlier run prompted), so that
-    # an unset K on a Markov env is a different run from K = 2 there, and old names hold.
-    identity.pop("history_len", None)
-    if prompt_history(cfg) != LEGACY_HISTORY_LEN:
-        identity["history_len"] = prompt_history(cfg)
-    # The dtype decides results, the device alone does not: hash the resolved dtype, and
-    # leave float32 (every run before the option existed) out so those keep their names.
-    identity.pop("dtype", None)
-    if model_dtype(cfg) != "float32":
-        identity["dtype"] = model_dtype(cfg)
+    identity["credit_options"] = list(canonical_credit_options(cfg))
+    # The resolved K: an unset K and the K it resolves to on that env are one run.
+    identity["history_len"] = prompt_history(cfg)
+    # The dtype decides results, the device alone does not: hash the resolved dtype.
+    identity["dtype"] = model_dtype(cfg)
     # The data played decides results (ALFWorld: which game set), so a run on other data
-    # gets another folder; the env's default data is left out, so runs keep their names.
+    # gets another folder.
     played = game_set(cfg)
-    if played is not None and not played.is_default:
+    if played is not None:
         identity["game_set"] = played.description
     return json.loads(json.dumps(identity, default=str))
 
@@ -72,7 +59,12 @@ def run_name(cfg: RunConfig) -> str:
     """Readable name plus a hash of every result-deciding field (same config, same name)."""
     if cfg.name:
         return cfg.name
-    identity = run_identity(cfg)
+    return hashed_name(cfg, run_identity(cfg))
+
+
+def hashed_name(cfg: RunConfig, identity: Mapping[str, Any]) -> str:
+    """The derived run name: the readable fields of `cfg` (env, faults, env options, model,
+    method, seed) and the first hex digits of the SHA-256 of `identity` as sorted JSON."""
     digest = hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()
     what = (
         f"{cfg.trainer}-{cfg.credit}-G{group_size(cfg)}-{cfg.steps}steps"
@@ -81,7 +73,8 @@ def run_name(cfg: RunConfig) -> str:
     )
     options = [re.sub(r"[^A-Za-z0-9.]+", "", option) for option in cfg.env_options]
     parts = [cfg.model, what, f"seed{cfg.seed}", digest[:6]]
-    return _slug(common.output_name(None, identity["env"], parts, [*cfg.faults, *options], "-"))
+    variant = [*cfg.faults, *options]
+    return _slug(common.output_name(None, common.env_id(cfg.env), parts, variant, "-"))
 
 
 def _slug(text: str) -> str:
@@ -115,9 +108,9 @@ def method_config(cfg: RunConfig) -> dict[str, Any]:
     """A run's leaderboard row: its identity less the seed (a row averages over seeds) and
     the task fields, with the display fields of `method_fields` (eval-only: no training).
 
-    Derived from the identity alone, so LATER_FIELDS at their defaults are left out as
-    there: a folder written before such a field existed and a new run at its default
-    share a row, as they share a run name."""
+    Derived from the identity alone, so every result-deciding setting it keeps is in the
+    row, at its default too: two runs share a row exactly when they differ in nothing else
+    than what is dropped here."""
     dropped = {
         "seed",
         *TASK_FIELDS,

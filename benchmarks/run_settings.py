@@ -17,7 +17,7 @@ from creditgym import envs
 from creditgym.benchmarks import common
 from creditgym.benchmarks.cli import UsageError, lookup
 from creditgym.benchmarks.run_build import credit_class, make_env
-from creditgym.benchmarks.run_config import LEGACY_HISTORY_LEN, RunConfig
+from creditgym.benchmarks.run_config import NON_MARKOV_HISTORY_LEN, RunConfig
 from creditgym.credit.base import DEFAULT_GROUP_SIZE
 from creditgym.credit.options import canonical_texts, parse_options, split_option
 from creditgym.envs.registry import DataFingerprint, EvalSplit
@@ -80,7 +80,7 @@ def prompt_history(cfg: RunConfig) -> int:
     """History pairs K in the prompt: --history-len, else 0 on a Markov env, else 2."""
     if cfg.history_len is not None:
         return cfg.history_len
-    return 0 if envs.ENVS[common.env_id(cfg.env)].markov else LEGACY_HISTORY_LEN
+    return 0 if envs.ENVS[common.env_id(cfg.env)].markov else NON_MARKOV_HISTORY_LEN
 
 
 def credit_options_of(cfg: RunConfig) -> Any:

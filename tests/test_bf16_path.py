@@ -101,7 +101,7 @@ def test_dtype_fast_picks_bfloat16_products_only_where_native_and_for_lora():
 
     native = BFLOAT16_PRODUCTS if native_bfloat16() else "float32"
     assert model_dtype(RunConfig(dtype="fast", model="smollm2-135m")) == native
-    # full fine-tuning (small, tiny) keeps float32, and so its run names
+    # full fine-tuning (small, tiny) keeps float32: the same run as float32
     assert model_dtype(RunConfig(dtype="fast", model="small")) == "float32"
     assert run_name(RunConfig(dtype="fast", model="small")) == run_name(RunConfig(model="small"))
     # auto is unchanged: float32 on a CPU

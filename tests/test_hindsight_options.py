@@ -262,7 +262,7 @@ def test_credit_options_enter_the_run_identity_in_any_order_and_bad_ones_are_ref
     named = dataclasses.replace(base, credit_options=("temperature=1", "clip=0.5,2"))
     reordered = dataclasses.replace(base, credit_options=("clip=0.5,2", "temperature=1"))
     assert run_name(named) == run_name(reordered) != run_name(base)
-    assert "credit_options" not in run_identity(base)  # unnamed: every run keeps its name
+    assert run_identity(base)["credit_options"] == []  # none named: the module's defaults
     for bad, message in (
         (("temp=1",), "no option 'temp'"),
         (("temperature",), "key=value"),

@@ -179,13 +179,14 @@ def test_a_sweep_file_out_is_honoured_unless_the_command_line_sets_one(tmp_path)
     assert {c.out for c in reference} == {Path("results/runs")}
 
 
-def test_dtype_takes_part_in_the_run_identity_and_float32_keeps_old_names():
+def test_the_resolved_dtype_takes_part_in_the_run_identity():
     from creditgym.benchmarks.run_config import RunConfig
     from creditgym.benchmarks.run_identity import run_name
     from creditgym.benchmarks.run_settings import model_dtype
 
     cpu = RunConfig()
     assert model_dtype(cpu) == "float32" and model_dtype(RunConfig(device="cuda")) == "bfloat16"
+    # auto on a CPU is float32 spelled out: one run.
     assert run_name(RunConfig(dtype="float32")) == run_name(cpu)
     assert run_name(RunConfig(dtype="bfloat16")) != run_name(cpu)
     assert run_name(RunConfig(device="cuda")) == run_name(RunConfig(dtype="bfloat16"))
