@@ -120,7 +120,8 @@ def test_a_keydoor_run_on_the_outcome_channel_trains_on_the_verdict(tmp_path):
     assert run_name(dataclasses.replace(default, reward_channel="return")) == run_name(default)
     identity = records.read_json(run(outcome) / records.CONFIG_FILE)["identity"]
     assert identity["reward_channel"] == "outcome"
-    assert "reward_channel" not in records.read_json(run(default) / records.CONFIG_FILE)["identity"]
+    identity = records.read_json(run(default) / records.CONFIG_FILE)["identity"]
+    assert identity["reward_channel"] == "return"
     [on_outcome] = records.read_metrics(tmp_path / run_name(outcome))
     [on_return] = records.read_metrics(tmp_path / run_name(default))
     # The same rollouts (same seed and starting policy), measured on the env's reward ...
