@@ -43,7 +43,6 @@ import tyro
 
 from creditgym import credit
 from creditgym.agents.atomic import atomic_write_text
-from creditgym.agents.trajectory import DEFAULT_REWARD_CHANNEL
 from creditgym.benchmarks import plots, records, stats
 from creditgym.benchmarks.cli import UsageError, exit_on_usage_error
 from creditgym.credit.base import is_oracle
@@ -212,15 +211,12 @@ def split_settings(
     """(settings with one value in every row they apply to, the other settings' names).
 
     A setting an evaluation-only row lacks (learning rate, ...) counts as shared when the
-    rows that have it agree. A training row that lacks one another training row has holds
-    its default (a run name leaves later options out at their defaults, e.g. GRPO's
-    `credit_convention`), so the setting varies."""
+    rows that have it agree."""
     keys = sorted({key for s in settings for key in s} - set(records.METHOD_FIELDS))
-    trained = [s for s in settings if s["trainer"] != "eval-only"]
     shared, varying = {}, []
     for key in keys:
         values = {json.dumps(s[key]) for s in settings if key in s}
-        if len(values) == 1 and all(key in s for s in trained):
+        if len(values) == 1:
             shared[key] = json.loads(values.pop())
         else:
             varying.append(key)
@@ -228,11 +224,11 @@ def split_settings(
 
 
 def reward_channel(settings: Mapping[str, Any]) -> str | None:
-    """The reward channel a row trained on (a run at the default channel leaves it out of
-    its identity); None for an evaluation-only row, which trained on nothing."""
+    """The reward channel a row trained on; None for an evaluation-only row, which trained
+    on nothing."""
     if settings["trainer"] == "eval-only":
         return None
-    return settings.get(CHANNEL_SETTING, DEFAULT_REWARD_CHANNEL)
+    return settings[CHANNEL_SETTING]
 
 
 def reads_ground_truth(settings: Mapping[str, Any]) -> bool:
@@ -455,10 +451,9 @@ def render_markdown(table: Table, plot_files: Mapping[str, str]) -> str:
 def csv_frame(table: Table) -> pd.DataFrame:
     """Long format: one line per (task, row, column) with every setting, the cell and the
     row's statistics in that task."""
-    setting_keys = [
-        *records.METHOD_FIELDS,
-        *sorted({k for s in table.settings.values() for k in s} - set(records.METHOD_FIELDS)),
-    ]
+    # The reward channel has its own column, `channel`.
+    named = {k for s in table.settings.values() for k in s} - {CHANNEL_SETTING}
+    setting_keys = [*records.METHOD_FIELDS, *sorted(named - set(records.METHOD_FIELDS))]
     lines = []
     for section in table.sections:
         for method in (*section.methods, *section.oracles):

@@ -405,15 +405,18 @@ def load_runs(root: Path) -> list[RunData]:
 
 def setting_text(settings: Mapping[str, Any], key: str) -> str:
     """One setting of a `method_config` as text: `–` where it does not apply (absent from
-    an evaluation-only run, or its G and steps), `default` for an option left unset or,
-    in a training run, left out of the run's identity at its default."""
+    an evaluation-only run, or its G and steps), `default` for an option left unset."""
     if key not in settings:
-        return "–" if settings["trainer"] == "eval-only" else "default"
+        return "–"
     value = settings[key]
     if value is None:
         return "default"
     if isinstance(value, bool):
         return "yes" if value else "no"
+    if isinstance(value, list):  # credit options, faults: `none` named
+        return " ".join(map(str, value)) or "none"
+    if isinstance(value, dict):  # a game set's description
+        return json.dumps(value, sort_keys=True, separators=(",", ":"))
     if key in ("group_size", "steps") and settings["trainer"] == "eval-only":
         return "–"
     return f"{value:g}" if isinstance(value, float) else str(value)

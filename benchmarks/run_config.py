@@ -1,8 +1,9 @@
 """The configuration of one run of `python -m benchmarks.run`: `RunConfig` and its presets.
 
 Each field is declared once here, with its type, default and a docstring that becomes
-`--help` (`benchmarks/run.py: parse_config`); the run identity (`benchmarks/run.py:
-run_identity`) reads the field lists below to decide which fields name a run folder.
+`--help` (`benchmarks/run.py: parse_config`); the run identity
+(`benchmarks/run_identity.py`) reads the field list below to decide which fields name a
+run folder.
 """
 
 from __future__ import annotations
@@ -176,21 +177,8 @@ PRESETS: dict[str, dict[str, Any]] = {
     },
 }
 
-# Fields added after reference results were committed: left out of the run name's hash
-# while they hold their defaults, so the committed run folders keep their names.
-LATER_FIELDS = (
-    "faults",
-    "history_len",
-    "credit_convention",
-    "eval_every",
-    "curve_episodes",
-    "env_options",
-    "credit_options",
-    "reward_channel",
-)
-# The history length every run used before it depended on the env: runs that resolve to
-# it leave it out of their name's hash (their folders keep their names), others hash it.
-LEGACY_HISTORY_LEN = 2
+# Prompt history K on an env whose observations are not Markov: GiGPO's K (arXiv 2505.10978).
+NON_MARKOV_HISTORY_LEN = 2
 
 # Fields that do not change what a run computes, left out of the run name's hash: a
 # rerun with more evaluation episodes, another split or device extends the same run.

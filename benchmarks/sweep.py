@@ -57,7 +57,11 @@ from creditgym.agents.rollout import close_workers
 from creditgym.benchmarks import leaderboard
 from creditgym.benchmarks.cli import UsageError, exit_on_usage_error, lookup, suggest
 from creditgym.benchmarks.lock import LockHeldError
-from creditgym.benchmarks.run import PRESETS, RunConfig, is_finished, run, run_name, validate
+from creditgym.benchmarks.run import run
+from creditgym.benchmarks.run_config import PRESETS, RunConfig
+from creditgym.benchmarks.run_eval import is_finished
+from creditgym.benchmarks.run_identity import run_name
+from creditgym.benchmarks.run_validate import validate
 
 RUN_FIELDS = {f.name: f for f in dataclasses.fields(RunConfig)}
 DEFAULT_SWEEP_OUT = RunConfig.out  # ad-hoc sweeps stay out of the committed reference set

@@ -42,12 +42,9 @@ class DataFingerprint:
         description: JSON-able and stable across processes and machines (no paths): what
             the data is (e.g. a generated set's generator version, seed and sizes, or a
             hash of the sorted task ids of each split of a folder).
-        is_default: the data the env played before fingerprints existed, with no option
-            set; runners leave it out of run names so those runs keep their folders.
     """
 
     description: Mapping[str, Any]
-    is_default: bool
 
 
 GENERIC_INTRO = "You are an agent acting in a text environment, one action per turn."

@@ -16,20 +16,30 @@ import pytest
 
 from creditgym import envs
 from creditgym.benchmarks import records
-from creditgym.benchmarks.run import RunConfig, main, prepare_run_dir, run_name
+from creditgym.benchmarks.run import main, prepare_run_dir
+from creditgym.benchmarks.run_config import RunConfig
+from creditgym.benchmarks.run_identity import run_name
 from creditgym.envs.alfworld.data import (
-    DEFAULT_GAME_SET,
+    DEFAULT_SEED,
     DEFAULT_SIZES,
     ALFWorldDataError,
     data_fingerprint,
 )
 from creditgym.envs.alfworld.env import ALFWorldEnv
+from creditgym.envs.alfworld.generate import GENERATOR_VERSION
 
 REPO = Path(__file__).resolve().parent.parent
 COMMITTED = REPO / "tests" / "data" / "alfworld"
 ALFWORLD_ID = "creditgym/ALFWorld-v0"
 # An evaluation-only expert run: naming it builds no model and plays nothing.
 EXPERT = {"env": "alfworld", "model": "expert", "credit": "none"}
+# The game set ALFWorld-v0 plays with no data folder and no option set.
+DEFAULT_GAME_SET = {
+    "kind": "generated",
+    "generator_version": GENERATOR_VERSION,
+    "seed": DEFAULT_SEED,
+    "sizes": DEFAULT_SIZES,
+}
 
 
 @pytest.fixture(autouse=True)
@@ -125,7 +135,7 @@ def test_game_set_fingerprint_changes_with_the_game_set(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     default = data_fingerprint({})
-    assert default.is_default and default.description == DEFAULT_GAME_SET
+    assert default.description == DEFAULT_GAME_SET
     others = [
         data_fingerprint({"generated_seed": 1}),
         data_fingerprint({"generated_sizes": {**DEFAULT_SIZES, "train": 10}}),
@@ -134,7 +144,6 @@ def test_game_set_fingerprint_changes_with_the_game_set(
     ]
     descriptions = [json.dumps(f.description, sort_keys=True) for f in [default, *others]]
     assert len(set(descriptions)) == len(descriptions)
-    assert not any(f.is_default for f in others)
     committed = others[2].description
     assert committed["kind"] == "folder" and committed["games"]["train"]["count"] == 6
     # ALFWORLD_DATA names a folder the same way data_dir does; the env reports the same.
@@ -164,19 +173,22 @@ def test_a_run_on_another_game_set_gets_another_run_folder(
         assert config["game_set"] == config["identity"]["game_set"]
         assert config["game_set"] == envs.data_fingerprint(ALFWORLD_ID, {}).description
     assert len(set(names)) == 3
-    # The default set is recorded too, though left out of the identity (see below).
+    # The default set is recorded and hashed like any other.
     monkeypatch.delenv("ALFWORLD_DATA")
     config = records.read_json(prepare_run_dir(cfg) / records.CONFIG_FILE)
-    assert config["game_set"] == DEFAULT_GAME_SET and "game_set" not in config["identity"]
+    assert config["game_set"] == config["identity"]["game_set"] == DEFAULT_GAME_SET
 
 
-def test_committed_run_folders_keep_their_names() -> None:
-    # Each committed run's name recomputed from its config.json: the default game set
-    # (which the committed ALFWorld runs played) adds nothing to the identity.
+def test_committed_run_folders_are_named_by_their_configuration() -> None:
+    # Each committed run's name recomputed from its config.json, the default game set
+    # (which the committed ALFWorld runs played) hashed like any other.
     fields = {field.name for field in dataclasses.fields(RunConfig)}
     folders = sorted((REPO / "results" / "runs").glob("*/" + records.CONFIG_FILE))
     assert any("alfworld" in path.parent.name for path in folders)
     for path in folders:
-        config = {k: v for k, v in json.loads(path.read_text()).items() if k in fields}
-        config.update(out=Path(config["out"]), faults=tuple(config.get("faults", ())))
-        assert run_name(RunConfig(**config)) == path.parent.name
+        config = {
+            key: tuple(value) if isinstance(value, list) else value
+            for key, value in json.loads(path.read_text()).items()
+            if key in fields
+        }
+        assert run_name(RunConfig(**{**config, "out": Path(config["out"])})) == path.parent.name

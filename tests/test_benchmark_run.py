@@ -14,7 +14,10 @@ from pathlib import Path
 import pytest
 
 from creditgym.benchmarks import records
-from creditgym.benchmarks.run import RunConfig, main, parse_config, run, run_name, write_samples
+from creditgym.benchmarks.run import main, parse_config, run
+from creditgym.benchmarks.run_config import RunConfig
+from creditgym.benchmarks.run_identity import run_name
+from creditgym.benchmarks.run_samples import write_samples
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -133,11 +133,13 @@ def test_cpu_features_name_the_flags_that_decide_the_precision():
 
 def test_dtype_fast_picks_bfloat16_products_only_where_native_and_for_lora():
     from creditgym.benchmarks.common import BFLOAT16_PRODUCTS
-    from creditgym.benchmarks.run import RunConfig, model_dtype, run_name
+    from creditgym.benchmarks.run_config import RunConfig
+    from creditgym.benchmarks.run_identity import run_name
+    from creditgym.benchmarks.run_settings import model_dtype
 
     native = BFLOAT16_PRODUCTS if native_bfloat16() else "float32"
     assert model_dtype(RunConfig(dtype="fast", model="smollm2-135m")) == native
-    # full fine-tuning (small, tiny) keeps float32, and so its run names
+    # full fine-tuning (small, tiny) keeps float32: the same run as float32
     assert model_dtype(RunConfig(dtype="fast", model="small")) == "float32"
     assert run_name(RunConfig(dtype="fast", model="small")) == run_name(RunConfig(model="small"))
     # auto is unchanged: float32 on a CPU

@@ -12,9 +12,7 @@ rebuild and commit the page) or the code changed a number it should not have.
 The comparison is by numbers, not bytes: a table added to a report since it was
 committed is allowed; a committed table or line missing from the rebuilt report, or any
 number in it changed, is not. The provenance line (`Built by ...`) names the output
-folder, which differs here, so it is left out. results/study/leaderboard.md predates
-the leaderboard's channel column and the oracles' own tables, so of that leaderboard
-only the CSV (which allows new columns) is compared.
+folder, which differs here, so it is left out.
 
 results/study_fair/study.md is not checked: its oracle run folders were deleted to be
 re-run, so the committed report does not match its run folders until that sweep is done.
@@ -198,11 +196,11 @@ def test_first_study_rebuilds_with_the_committed_numbers(tmp_path: Path) -> None
 
 
 @pytest.mark.slow  # the leaderboard over 242 run folders with its plots: about four minutes
-def test_study_leaderboard_csv_rebuilds_with_the_committed_numbers(tmp_path: Path) -> None:
-    """results/study/leaderboard.csv; its .md predates the channel column and the oracles'
-    own tables (same numbers, older layout), so only the CSV is compared."""
+def test_study_leaderboard_rebuilds_with_the_committed_numbers(tmp_path: Path) -> None:
     rebuild("benchmarks.leaderboard", "results/study/runs", tmp_path)
-    committed = RESULTS / "study" / "leaderboard.csv"
+    study = RESULTS / "study"
+    assert_same_markdown_numbers(study / "leaderboard.md", tmp_path / "leaderboard.md")
+    committed = study / "leaderboard.csv"
     assert_same_csv(committed, tmp_path / "leaderboard.csv", key=leaderboard_key(committed))
 
 

@@ -11,7 +11,10 @@ import math
 import numpy as np
 import pytest
 
-from creditgym.benchmarks.run import LATER_FIELDS, RunConfig, build_credit, main, run_name
+from creditgym.benchmarks.run import main
+from creditgym.benchmarks.run_build import build_credit
+from creditgym.benchmarks.run_config import RunConfig
+from creditgym.benchmarks.run_identity import run_identity, run_name
 from creditgym.credit.base import CreditContext, build
 from creditgym.credit.gigpo import (
     GiGPO,
@@ -271,11 +274,10 @@ def test_a_convention_the_module_lacks_is_one_line_and_exit_2(argv, expected, ca
     assert expected in err
 
 
-def test_the_convention_is_in_the_run_name_only_away_from_its_default():
-    # At the default the field is left out of the hash (LATER_FIELDS): earlier run folders
-    # keep their names; any other convention is another run.
+def test_the_convention_is_part_of_the_run_identity():
+    # Hashed at its default too; any other convention is another run.
     base = RunConfig(credit="gigpo", model="tiny")
-    assert "credit_convention" in LATER_FIELDS
+    assert run_identity(base)["credit_convention"] == "creditgym"
     assert run_name(dataclasses.replace(base, credit_convention="verl-agent")) != run_name(base)
 
 

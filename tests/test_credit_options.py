@@ -4,8 +4,8 @@ run identity and the module all read the module's `Options` dataclass.
 Checked here: every option of every registered module reaches the module built by
 `benchmarks.run` from the command line and appears once in `--help`; one value is one run
 whatever its spelling, and an option at its default is the run without it; the committed
-run folders keep their names; docs/extending.md's model-free module with options, one file
-and one registry line, needs nothing else to be run.
+run folders are named by the configuration they record; docs/extending.md's model-free
+module with options, one file and one registry line, needs nothing else to be run.
 """
 
 from __future__ import annotations
@@ -26,17 +26,13 @@ import pytest
 from creditgym import credit
 from creditgym.agents.models import build_tiny
 from creditgym.agents.prompts import HINDSIGHT_POSITIONS
+from creditgym.benchmarks import common
 from creditgym.benchmarks.cli import UsageError
-from creditgym.benchmarks.run import (
-    RunConfig,
-    credit_options_of,
-    env_id_for,
-    main,
-    parse_config,
-    run_identity,
-    run_name,
-    training_credit,
-)
+from creditgym.benchmarks.run import main, parse_config
+from creditgym.benchmarks.run_config import RunConfig
+from creditgym.benchmarks.run_identity import run_identity, run_name
+from creditgym.benchmarks.run_settings import credit_options_of
+from creditgym.benchmarks.run_train import training_credit
 from creditgym.credit.exact_hindsight import OUTCOMES
 from creditgym.credit.hca import Outcome
 from creditgym.credit.hindsight import WORDINGS, HindsightPosition, WordingName
@@ -91,7 +87,7 @@ def test_every_option_reaches_the_module_from_the_command_line(module, key, tiny
     texts = (f"{key}={format_value(value)}", *COMPANIONS.get((module, key), ()))
     argv = ["--credit", module, "--env", "keydoor", "--model", "tiny", "--out", str(tmp_path)]
     cfg = parse_config([*argv, "--credit-options", *texts])
-    built = training_credit(cfg, env_id_for(cfg.env), tiny)
+    built = training_credit(cfg, common.env_id(cfg.env), tiny)
     assert getattr(built.options, key) == value
     assert f"{key}={format_value(value)}" in run_identity(cfg)["credit_options"]
 
@@ -137,8 +133,11 @@ def test_the_four_spellings_of_one_value_are_one_run_and_a_spelled_default_is_no
     assert run_name(dataclasses.replace(base, credit_options=("causal_contrast=false",))) == (
         run_name(base)
     )
-    assert "credit_options" not in run_identity(
-        dataclasses.replace(base, credit_options=("causal_contrast=false", "gamma=0.950"))
+    assert (
+        run_identity(
+            dataclasses.replace(base, credit_options=("causal_contrast=false", "gamma=0.950"))
+        )["credit_options"]
+        == []
     )
     # Numbers are one value too: 1 and 1.0 and 1e0 are one clip, in any order of keys.
     one = run_name(dataclasses.replace(base, credit_options=("clip=1,1", "gamma=1")))
@@ -206,7 +205,7 @@ def committed_run_configs(with_options_only: bool) -> list[Path]:
     return files
 
 
-def test_committed_runs_with_credit_options_keep_their_names_and_identities():
+def test_committed_runs_with_credit_options_are_named_by_their_configuration():
     # results/study/runs (do_no_harm=false, causal_contrast=true, hindsight=feedback) and
     # results/study_fair/runs (clip=1,1): the canonical spelling is the one they used.
     files = committed_run_configs(with_options_only=True)
@@ -219,7 +218,7 @@ def test_committed_runs_with_credit_options_keep_their_names_and_identities():
 
 
 @pytest.mark.slow
-def test_every_committed_run_folder_keeps_its_name():
+def test_every_committed_run_folder_is_named_by_its_configuration():
     files = committed_run_configs(with_options_only=False)
     assert len(files) >= 300
     renamed = [f.parent for f in files if run_name(committed_config(f)) != f.parent.name]
@@ -259,7 +258,7 @@ def recipe_module(monkeypatch):
 def test_the_recipe_module_takes_its_options_from_the_command_line(recipe_module, tmp_path):
     argv = ["--credit", "discounted", "--env", "keydoor", "--model", "tiny", "--out", str(tmp_path)]
     cfg = parse_config([*argv, "--credit-options", "gamma=0.5"])
-    module = training_credit(cfg, env_id_for(cfg.env), None)
+    module = training_credit(cfg, common.env_id(cfg.env), None)
     assert module.options == recipe_module.Options(0.5)
     assert run_identity(cfg)["credit_options"] == ["gamma=0.5"]
     at_default = dataclasses.replace(cfg, credit_options=("gamma=0.90",))

@@ -210,7 +210,8 @@ def test_env_options_are_parsed_one_way_json_values_else_text() -> None:
 
 def test_the_entry_points_share_the_env_option_parser(capsys) -> None:
     from creditgym.benchmarks import credit_truth
-    from creditgym.benchmarks.run import RunConfig, env_options
+    from creditgym.benchmarks.run_config import RunConfig
+    from creditgym.benchmarks.run_settings import env_options
 
     pairs = ("delay=2", "variance=high")
     assert credit_truth.parse_kwargs(pairs) == env_options(RunConfig(env_options=pairs))

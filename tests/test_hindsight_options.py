@@ -12,7 +12,9 @@ from creditgym.agents.models import build_tiny
 from creditgym.agents.prompts import INSTRUCTION, build_messages
 from creditgym.benchmarks.cli import UsageError
 from creditgym.benchmarks.hindsight_ablation import main
-from creditgym.benchmarks.run import RunConfig, run_identity, run_name, validate
+from creditgym.benchmarks.run_config import RunConfig
+from creditgym.benchmarks.run_identity import run_identity, run_name
+from creditgym.benchmarks.run_validate import validate
 from creditgym.credit import REGISTRY
 from creditgym.credit.base import CreditContext, build
 from creditgym.credit.hcapo import HCAPO, HCAPOOptions, outcome_hindsight, self_normalised_ratio
@@ -260,7 +262,7 @@ def test_credit_options_enter_the_run_identity_in_any_order_and_bad_ones_are_ref
     named = dataclasses.replace(base, credit_options=("temperature=1", "clip=0.5,2"))
     reordered = dataclasses.replace(base, credit_options=("clip=0.5,2", "temperature=1"))
     assert run_name(named) == run_name(reordered) != run_name(base)
-    assert "credit_options" not in run_identity(base)  # unnamed: every run keeps its name
+    assert run_identity(base)["credit_options"] == []  # none named: the module's defaults
     for bad, message in (
         (("temp=1",), "no option 'temp'"),
         (("temperature",), "key=value"),

@@ -15,7 +15,9 @@ import pytest
 
 from creditgym.benchmarks import leaderboard, plots, records, sweep
 from creditgym.benchmarks import run as run_module
-from creditgym.benchmarks.run import RunConfig, method_label, prepare_run_dir, run
+from creditgym.benchmarks.run import prepare_run_dir, run
+from creditgym.benchmarks.run_config import RunConfig
+from creditgym.benchmarks.run_identity import method_label
 
 SWEEP_TOML = """
 [common]
@@ -338,13 +340,14 @@ def test_a_lead_is_real_only_when_the_improvement_interval_clears_one_half():
     assert "cannot tell" in line
 
 
-def test_an_option_only_some_training_rows_name_is_a_column_not_a_shared_setting():
-    base = {"model": "small", "trainer": "policy_gradient", "credit": "gigpo",
-            "group_size": 8, "steps": 20, "learning_rate": 0.003}  # fmt: skip
+def test_a_setting_the_training_rows_differ_in_is_a_column_not_a_shared_setting():
+    base = {"model": "small", "trainer": "policy_gradient", "credit": "gigpo", "group_size": 8,
+            "steps": 20, "learning_rate": 0.003, "credit_convention": "creditgym"}  # fmt: skip
     peer = {**base, "credit_convention": "verl-agent"}
     untrained = {"model": "small", "trainer": "eval-only", "credit": "none",
                  "group_size": 0, "steps": 0}  # fmt: skip
     shared, varying = leaderboard.split_settings([base, peer, untrained])
     assert varying == ("credit_convention",) and shared == {"learning_rate": 0.003}
-    assert records.setting_text(base, "credit_convention") == "default"
+    assert records.setting_text(base, "credit_convention") == "creditgym"
     assert records.setting_text(untrained, "credit_convention") == "–"
+    assert records.setting_text({**base, "learning_rate": None}, "learning_rate") == "default"

@@ -16,7 +16,9 @@ from creditgym.agents.models import build_tiny
 from creditgym.agents.tabular import TableAgent
 from creditgym.agents.trajectory import REWARD_CHANNELS, RewardChannel, Trajectory, outcome_channel
 from creditgym.benchmarks import leaderboard, records, study
-from creditgym.benchmarks.run import RunConfig, run, run_name
+from creditgym.benchmarks.run import run
+from creditgym.benchmarks.run_config import RunConfig
+from creditgym.benchmarks.run_identity import run_name
 from creditgym.credit.base import verdict
 from creditgym.credit.grpo import GRPO
 from creditgym.credit.hcapo import HCAPO, HCAPOOptions
@@ -118,7 +120,8 @@ def test_a_keydoor_run_on_the_outcome_channel_trains_on_the_verdict(tmp_path):
     assert run_name(dataclasses.replace(default, reward_channel="return")) == run_name(default)
     identity = records.read_json(run(outcome) / records.CONFIG_FILE)["identity"]
     assert identity["reward_channel"] == "outcome"
-    assert "reward_channel" not in records.read_json(run(default) / records.CONFIG_FILE)["identity"]
+    identity = records.read_json(run(default) / records.CONFIG_FILE)["identity"]
+    assert identity["reward_channel"] == "return"
     [on_outcome] = records.read_metrics(tmp_path / run_name(outcome))
     [on_return] = records.read_metrics(tmp_path / run_name(default))
     # The same rollouts (same seed and starting policy), measured on the env's reward ...

@@ -12,9 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from creditgym.benchmarks import records, sweep
+from creditgym.benchmarks import records, run_eval, sweep
 from creditgym.benchmarks import run as run_module
-from creditgym.benchmarks.run import main
+from creditgym.benchmarks.run import main, parse_config
+from creditgym.benchmarks.run_identity import method_config, run_name
+from creditgym.benchmarks.run_settings import env_kwargs_for, step_limit
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPTED = ["--model", "random", "--credit", "none", "--sample-group-size", "0"]
@@ -52,28 +54,26 @@ def test_bad_values_are_one_line_with_status_2_and_leave_nothing(argv, expected,
 
 
 def test_speed_options_keep_the_run_name():
-    base = run_module.parse_config(["--env", "keydoor"])
+    base = parse_config(["--env", "keydoor"])
     for argv in (["--threads", "2"], ["--env-workers", "process"], ["--env-workers", "inline"]):
-        changed = run_module.parse_config(["--env", "keydoor", *argv])
-        assert run_module.run_name(changed) == run_module.run_name(base)
+        changed = parse_config(["--env", "keydoor", *argv])
+        assert run_name(changed) == run_name(base)
 
 
 def test_env_options_choose_the_task_its_step_limit_and_its_table():
-    default = run_module.parse_config(["--env", "keydoor"])
-    long = run_module.parse_config(
-        ["--env", "keydoor", "--env-options", "delay=16", "variance=high"]
-    )
-    assert run_module.env_kwargs_for(long, "creditgym/KeyDoor-v0", None) == {
+    default = parse_config(["--env", "keydoor"])
+    long = parse_config(["--env", "keydoor", "--env-options", "delay=16", "variance=high"])
+    assert env_kwargs_for(long, "creditgym/KeyDoor-v0", None) == {
         "delay": 16,
         "variance": "high",
         "max_steps": 20,  # the env's own default for delay 16 (delay + 4), not delay 8's 12
     }
-    assert run_module.step_limit(default) == 12
-    assert run_module.run_name(long).startswith("keydoor-delay16-variancehigh_")
+    assert step_limit(default) == 12
+    assert run_name(long).startswith("keydoor-delay16-variancehigh_")
     # Other options are another task: another leaderboard table, the same method row.
-    assert run_module.method_config(long) == run_module.method_config(default)
-    umbrella = run_module.parse_config(["--env", "umbrella", "--env-options", "length=20"])
-    assert run_module.step_limit(umbrella) == 20
+    assert method_config(long) == method_config(default)
+    umbrella = parse_config(["--env", "umbrella", "--env-options", "length=20"])
+    assert step_limit(umbrella) == 20
 
 
 def test_a_run_failing_before_any_output_leaves_no_folder(monkeypatch, tmp_path):
@@ -89,17 +89,17 @@ def test_a_run_failing_before_any_output_leaves_no_folder(monkeypatch, tmp_path)
 def test_an_evaluation_that_lost_episodes_is_left_unfinished_and_resumes(
     monkeypatch, tmp_path, capsys
 ):
-    played = run_module.scripted_episodes
+    played = run_eval.scripted_episodes
 
     def dropping_odd_episodes(cfg, env, split, indices):  # as a crashed env drops its episode
         return [pair for pair in played(cfg, env, split, indices) if pair[0] % 2 == 0]
 
-    monkeypatch.setattr(run_module, "scripted_episodes", dropping_odd_episodes)
+    monkeypatch.setattr(run_eval, "scripted_episodes", dropping_odd_episodes)
     assert main([*SCRIPTED, "--eval-episodes", "4", "--out", str(tmp_path)]) == 1
     assert "2 of 4 evaluation episodes were dropped" in capsys.readouterr().err
     (run_dir,) = tmp_path.iterdir()
     assert not (run_dir / records.DONE_FILE).exists()
-    monkeypatch.setattr(run_module, "scripted_episodes", played)
+    monkeypatch.setattr(run_eval, "scripted_episodes", played)
     assert main([*SCRIPTED, "--eval-episodes", "4", "--out", str(tmp_path)]) == 0
     assert sorted(e.index for e in records.read_episodes(run_dir)) == [0, 1, 2, 3]
     assert (run_dir / records.DONE_FILE).exists()
@@ -179,11 +179,14 @@ def test_a_sweep_file_out_is_honoured_unless_the_command_line_sets_one(tmp_path)
     assert {c.out for c in reference} == {Path("results/runs")}
 
 
-def test_dtype_takes_part_in_the_run_identity_and_float32_keeps_old_names():
-    from creditgym.benchmarks.run import RunConfig, model_dtype, run_name
+def test_the_resolved_dtype_takes_part_in_the_run_identity():
+    from creditgym.benchmarks.run_config import RunConfig
+    from creditgym.benchmarks.run_identity import run_name
+    from creditgym.benchmarks.run_settings import model_dtype
 
     cpu = RunConfig()
     assert model_dtype(cpu) == "float32" and model_dtype(RunConfig(device="cuda")) == "bfloat16"
+    # auto on a CPU is float32 spelled out: one run.
     assert run_name(RunConfig(dtype="float32")) == run_name(cpu)
     assert run_name(RunConfig(dtype="bfloat16")) != run_name(cpu)
     assert run_name(RunConfig(device="cuda")) == run_name(RunConfig(dtype="bfloat16"))

@@ -262,12 +262,14 @@ def test_short_grpo_run_on_keydoor_delay_1_beats_the_untrained_policy(tmp_path):
 
 
 def test_runner_history_defaults_to_zero_on_markov_envs_only():
-    from creditgym.benchmarks.run import parse_config, prompt_history, run_name
+    from creditgym.benchmarks.run import parse_config
+    from creditgym.benchmarks.run_identity import run_name
+    from creditgym.benchmarks.run_settings import prompt_history
 
     keydoor, sysdiag = parse_config(["--env", "keydoor"]), parse_config(["--env", "sysdiag"])
     assert (prompt_history(keydoor), prompt_history(sysdiag)) == (0, 2)
-    # K = 2 is how every run prompted before: spelling it out is the same run (same
-    # folder) on SysDiag, and a different run from the new default on KeyDoor.
+    # The resolved K names the run: spelling out an env's default K is the same run (same
+    # folder), another K is another run.
     assert run_name(sysdiag) == run_name(parse_config(["--env", "sysdiag", "--history-len", "2"]))
     assert run_name(keydoor) != run_name(parse_config(["--env", "keydoor", "--history-len", "2"]))
     assert run_name(keydoor) == run_name(parse_config(["--env", "keydoor", "--history-len", "0"]))

@@ -47,14 +47,6 @@ DEFAULT_SIZES: dict[str, int] = {
     "eval_out_of_distribution": 60,
 }
 DEFAULT_SEED = 0
-# The game set every ALFWorld-v0 run played before game sets were fingerprinted (the
-# committed results/runs/alfworld_* among them): a run on it keeps its old name.
-DEFAULT_GAME_SET: dict[str, Any] = {
-    "kind": "generated",
-    "generator_version": 1,
-    "seed": DEFAULT_SEED,
-    "sizes": DEFAULT_SIZES,
-}
 # Hex digits kept of a split's task-id hash: enough that two sets never collide by chance.
 ID_HASH_DIGITS = 16
 
@@ -168,13 +160,13 @@ def game_set_fingerprint(
             "seed": seed,
             "sizes": dict(sizes),
         }
-        return DataFingerprint(description, is_default=description == DEFAULT_GAME_SET)
+        return DataFingerprint(description)
     games = {}
     for split in SPLIT_DIRS:
         ids = split_task_ids(named_root, split)
         digest = hashlib.sha256("\n".join(ids).encode()).hexdigest()[:ID_HASH_DIGITS]
         games[split] = {"count": len(ids), "task_ids_sha256": digest}
-    return DataFingerprint({"kind": "folder", "games": games}, is_default=False)
+    return DataFingerprint({"kind": "folder", "games": games})
 
 
 def data_fingerprint(env_kwargs: Mapping[str, Any]) -> DataFingerprint:

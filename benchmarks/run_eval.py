@@ -1,0 +1,226 @@
+"""Evaluation for `python -m benchmarks.run`: the fixed evaluation episodes of every
+requested split, played by a scripted agent or an LLM policy and appended one record at a
+time (a killed run resumes with exactly the missing ones), and their summary.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+from tqdm import tqdm
+
+from creditgym import envs
+from creditgym.agents.episode import play_episode
+from creditgym.agents.llm import LLMAgent
+from creditgym.agents.models import LoadedModel
+from creditgym.agents.rollout import collect
+from creditgym.agents.trajectory import Trajectory
+from creditgym.benchmarks import common, records
+from creditgym.benchmarks.run_build import SCRIPTED_AGENTS, make_env
+from creditgym.benchmarks.run_config import RunConfig
+from creditgym.benchmarks.run_identity import method_label, run_name
+from creditgym.benchmarks.run_settings import env_kwargs_for, eval_splits, prompt_history
+from creditgym.envs.registry import EvalSplit
+
+# Evaluation seeds start far above any training seed so that evaluation tasks are never
+# training tasks where the env draws tasks from the seed (SysDiag, CodeExec).
+EVAL_SEED_BASE = 1_000_000
+
+
+def episode_agent_seed(run_seed: int, split: str, index: int) -> int:
+    """A per-episode agent seed, stable across restarts (resume replays the same episode)."""
+    digest = hashlib.sha256(f"{run_seed}/{split}/{index}".encode()).digest()
+    return int.from_bytes(digest[:4], "little")
+
+
+def evaluate(
+    cfg: RunConfig, env_id: str, run_dir: Path, policy: LoadedModel | None, train_step: int
+) -> None:
+    """Play the missing evaluation episodes of every requested split, appending each.
+
+    Scripted agents go one episode at a time, LLM policies in batches of
+    `eval_batch_size`; every finished episode is on disk before the next batch starts.
+    The batches are fixed (episodes 0..B-1, B..2B-1, ...), and a batch with any episode
+    missing is played whole, writing only the missing ones: an LLM's episodes depend on
+    the batch they are sampled in (its agent seed, the rows decoded beside them), so a
+    batch cut short by a kill while its episodes were being written, or extended by a
+    larger --eval-episodes, still writes what an uninterrupted run writes.
+    """
+    todo = missing_episodes(cfg, run_dir)
+    method = method_label(cfg)
+    batch = 1 if policy is None else cfg.eval_batch_size
+    with (
+        records.JsonlAppender(run_dir / records.EVAL_TRAJECTORIES_FILE) as trajectory_sink,
+        records.JsonlAppender(run_dir / records.EPISODES_FILE) as sink,
+        tqdm(total=len(todo), desc="evaluate", unit="ep", disable=not todo) as progress,
+    ):
+        for split in eval_splits(cfg, env_id):
+            missing = {index for s, index in todo if s.name == split.name}
+            if not missing:
+                continue
+            env = make_env(env_id, env_kwargs_for(cfg, env_id, split)) if policy is None else None
+            try:
+                for start in range(0, cfg.eval_episodes, batch):
+                    chunk = list(range(start, min(start + batch, cfg.eval_episodes)))
+                    if missing.isdisjoint(chunk):
+                        continue
+                    played = (
+                        scripted_episodes(cfg, env, split.name, chunk)
+                        if env is not None
+                        else policy_episodes(cfg, policy, env_id, split, chunk)
+                    )
+                    for index, trajectory in played:
+                        if index not in missing:  # written before, by the same batch
+                            continue
+                        record = episode_record(trajectory, index, split.name, method, train_step)
+                        # Trajectory first: the episode record is what marks the episode done.
+                        trajectory_sink.append(
+                            records.eval_trajectory_record(trajectory, index, split.name)
+                        )
+                        sink.append(record.to_dict())
+                        progress.update(1)
+            finally:
+                if env is not None:
+                    env.close()
+
+
+def missing_episodes(cfg: RunConfig, run_dir: Path) -> list[tuple[EvalSplit, int]]:
+    """(split, episode index) pairs requested by `cfg` and not yet in episodes.jsonl."""
+    done = {(r.split, r.index) for r in records.read_episodes(run_dir)}
+    return [
+        (split, index)
+        for split in eval_splits(cfg, common.env_id(cfg.env))
+        for index in range(cfg.eval_episodes)
+        if (split.name, index) not in done
+    ]
+
+
+def is_finished(cfg: RunConfig) -> bool:
+    """The run folder of `cfg` holds done.json and every requested episode."""
+    run_dir = cfg.out / run_name(cfg)
+    return (run_dir / records.DONE_FILE).exists() and not missing_episodes(cfg, run_dir)
+
+
+def scripted_episodes(
+    cfg: RunConfig, env: gym.Env, split: str, indices: Sequence[int]
+) -> list[tuple[int, Trajectory]]:
+    """Scripted agents play one episode at a time in-process (no model, no workers)."""
+    played = []
+    for index in indices:
+        agent = SCRIPTED_AGENTS[cfg.model](episode_agent_seed(cfg.seed, split, index))
+        played.append((index, play_episode(env, agent, seed=EVAL_SEED_BASE + index)))
+    return played
+
+
+def policy_episodes(
+    cfg: RunConfig, policy: LoadedModel, env_id: str, split: EvalSplit, indices: Sequence[int]
+) -> list[tuple[int, Trajectory]]:
+    """Evaluation episodes `indices` of `split`, played as one batch."""
+    index_of_seed = {EVAL_SEED_BASE + index: index for index in indices}
+    trajectories = policy_rollouts(
+        cfg,
+        policy,
+        env_id,
+        split,
+        seeds=list(index_of_seed),
+        group_size=1,
+        temperature=cfg.eval_temperature,
+        agent_seed=episode_agent_seed(cfg.seed, split.name, indices[0]),
+    )
+    # A crashed env drops its trajectory; that episode is played again on the next run.
+    return sorted(((index_of_seed[t.seed], t) for t in trajectories), key=lambda pair: pair[0])
+
+
+def policy_rollouts(
+    cfg: RunConfig,
+    policy: LoadedModel,
+    env_id: str,
+    split: EvalSplit,
+    seeds: Sequence[int],
+    group_size: int,
+    temperature: float,
+    agent_seed: int,
+) -> list[Trajectory]:
+    """An LLM policy plays `group_size` episodes per seed together (batched rollouts)."""
+    agent = LLMAgent(
+        policy,
+        temperature=temperature,
+        max_new_tokens=cfg.max_new_tokens,
+        history_len=prompt_history(cfg),
+        constrained=cfg.constrained,
+        seed=agent_seed,
+    )
+    trajectories, _ = collect(
+        env_id,
+        agent,
+        seeds=list(seeds),
+        group_size=group_size,
+        num_envs=len(seeds) * group_size,
+        env_workers=cfg.env_workers,
+        env_kwargs=env_kwargs_for(cfg, env_id, split),
+    )
+    return trajectories
+
+
+def episode_record(
+    trajectory: Trajectory, index: int, split: str, method: str, train_step: int
+) -> records.EpisodeRecord:
+    task_type_key = envs.ENVS[trajectory.env_id].task_type_key
+    last_info = trajectory.steps[-1].info if trajectory.steps else {}
+    return records.EpisodeRecord(
+        index=index,
+        env=trajectory.env_id,
+        split=split,
+        task_id=trajectory.task_id,
+        task_type=str(last_info.get(task_type_key, "")) if task_type_key else "",
+        seed=trajectory.seed,
+        method=method,
+        success=trajectory.success,
+        episode_return=trajectory.total_return,
+        steps=trajectory.length,
+        truncated=trajectory.truncated,
+        tokens=trajectory.num_action_tokens,
+        train_step=train_step,
+    )
+
+
+def summarize(episodes: Sequence[records.EpisodeRecord]) -> list[dict[str, Any]]:
+    """Per split: episodes, success % with standard error, return, length, tokens."""
+    rows = []
+    for split in sorted({e.split for e in episodes}):
+        chosen = [e for e in episodes if e.split == split]
+        n = len(chosen)
+        rate = sum(e.success for e in chosen) / n
+        rows.append(
+            {
+                "split": split,
+                "episodes": n,
+                "success_pct": 100 * rate,
+                "success_se_pct": 100 * math.sqrt(rate * (1 - rate) / n),
+                "mean_return": sum(e.episode_return for e in chosen) / n,
+                "mean_steps": sum(e.steps for e in chosen) / n,
+                "truncated_pct": 100 * sum(e.truncated for e in chosen) / n,
+                "tokens_per_episode": sum(e.tokens for e in chosen) / n,
+            }
+        )
+    return rows
+
+
+def format_summary(run: str, method: str, rows: Sequence[Mapping[str, Any]]) -> str:
+    header = (
+        f"{'split':<22}{'episodes':>9}{'success %':>16}{'return':>9}"
+        f"{'steps':>8}{'trunc %':>9}{'tokens':>9}"
+    )
+    lines = [f"run {run}  method {method}", header, "-" * len(header)]
+    for row in rows:
+        success = f"{row['success_pct']:.1f} ± {row['success_se_pct']:.1f}"
+        lines.append(
+            f"{row['split']:<22}{row['episodes']:>9}{success:>16}{row['mean_return']:>9.3f}"
+            f"{row['mean_steps']:>8.1f}{row['truncated_pct']:>9.1f}{row['tokens_per_episode']:>9.1f}"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,115 @@
+"""A run's sample trajectories (samples.jsonl): one group of rollouts of one evaluation task,
+with the per-step credit every registered module gives them.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from creditgym import credit
+from creditgym.agents.atomic import atomic_write_text
+from creditgym.agents.episode import play_episode
+from creditgym.agents.models import LoadedModel
+from creditgym.benchmarks import records
+from creditgym.benchmarks.cli import UsageError
+from creditgym.benchmarks.run_build import SCRIPTED_AGENTS, build_credit, load_policy, make_env
+from creditgym.benchmarks.run_config import RunConfig
+from creditgym.benchmarks.run_eval import EVAL_SEED_BASE, episode_agent_seed, policy_rollouts
+from creditgym.benchmarks.run_settings import (
+    canonical_credit_options,
+    credit_options_of,
+    env_kwargs_for,
+    eval_splits,
+    prompt_history,
+)
+from creditgym.benchmarks.run_train import TRAIN_TEMPERATURE, training_sampling
+from creditgym.credit.options import split_option
+
+# Model that scores hindsight credit of scripted-agent samples (they have no policy).
+SCRIPTED_SAMPLE_SCORER = "tiny"
+
+
+def write_samples(cfg: RunConfig, env_id: str, run_dir: Path, policy: LoadedModel | None) -> None:
+    """Sample trajectories with the per-step credit of every registered module (the run's
+    own module with its --credit-convention and --credit-options, `credit_settings`).
+
+    One group of `sample_group_size` rollouts of one evaluation task, sampled at the
+    training temperature (a group, so that group-relative modules have something to
+    compare). Scripted runs have no policy to score hindsight with; `tiny` scores theirs.
+    """
+    path = run_dir / records.SAMPLES_FILE
+    if path.exists() or cfg.sample_group_size < 1:
+        return
+    split = eval_splits(cfg, env_id)[0]
+    group_id = f"{env_id}/sample"
+    if policy is None:
+        env = make_env(env_id, env_kwargs_for(cfg, env_id, split))
+        try:
+            group = [
+                play_episode(
+                    env,
+                    SCRIPTED_AGENTS[cfg.model](episode_agent_seed(cfg.seed, "sample", k)),
+                    seed=EVAL_SEED_BASE,
+                    group_id=group_id,
+                )
+                for k in range(cfg.sample_group_size)
+            ]
+        finally:
+            env.close()
+        scorer = load_policy(SCRIPTED_SAMPLE_SCORER, cfg.device)
+    else:
+        group = policy_rollouts(
+            cfg,
+            policy,
+            env_id,
+            split,
+            seeds=[EVAL_SEED_BASE],
+            group_size=cfg.sample_group_size,
+            temperature=TRAIN_TEMPERATURE,
+            agent_seed=episode_agent_seed(cfg.seed, "sample", 0),
+        )
+        scorer = policy
+    # The run's own module scores with the settings it trained with (convention, options);
+    # the others at their defaults; all on the env's own rewards, as the samples record
+    # them (the exact-MDP modules compute on the env's MDP, whose rewards are those).
+    own = {"convention": cfg.credit_convention, "options": credit_options_of(cfg)}
+    exact = {
+        "env_id": env_id,
+        "env_kwargs": env_kwargs_for(cfg, env_id, split),
+        "sampling": None if policy is None else training_sampling(cfg),
+    }
+    credit_by_module = {}
+    for name in sorted(credit.REGISTRY):
+        try:
+            module = build_credit(
+                name, scorer, prompt_history(cfg), **exact, **(own if name == cfg.credit else {})
+            )
+        except UsageError:
+            if name == cfg.credit:
+                raise
+            continue  # an exact-MDP oracle off a finite-MDP env or a model's exact table
+        credit_by_module[name] = module(group).step_advantages
+    settings = (
+        {
+            cfg.credit: {
+                "convention": cfg.credit_convention,
+                "options": dict(map(split_option, canonical_credit_options(cfg))),
+            }
+        }
+        if cfg.credit in credit.REGISTRY
+        else {}
+    )
+    lines = [
+        json.dumps(
+            {
+                "trajectory": trajectory.to_dict(),
+                "credit_model": scorer.name,
+                "credit": {name: values[i].tolist() for name, values in credit_by_module.items()},
+                "credit_settings": settings,
+            },
+            ensure_ascii=False,
+        )
+        for i, trajectory in enumerate(group)
+    ]
+    atomic_write_text(path, "".join(line + "\n" for line in lines))

@@ -1,0 +1,189 @@
+"""Checks of a `RunConfig` before any work starts: every name, number, path and device, and
+a run folder that holds another configuration or vocabulary; each problem one
+`UsageError` line (exit status 2).
+"""
+
+from __future__ import annotations
+
+import math
+import tempfile
+from pathlib import Path
+
+import torch
+
+from creditgym import credit, envs
+from creditgym.agents.atomic import DamagedFileError
+from creditgym.agents.models import MODELS, vocabulary
+from creditgym.benchmarks import common, records
+from creditgym.benchmarks.cli import UsageError, lookup, suggest
+from creditgym.benchmarks.run_build import SCRIPTED_AGENTS, credit_class, make_env
+from creditgym.benchmarks.run_config import RunConfig
+from creditgym.benchmarks.run_identity import run_identity, run_name
+from creditgym.benchmarks.run_settings import (
+    NO_CREDIT,
+    credit_options_of,
+    env_kwargs_for,
+    eval_splits,
+    game_set,
+    group_size,
+    trains,
+)
+from creditgym.benchmarks.run_train import TRAINER_NAMES
+from creditgym.credit.base import DEFAULT_CONVENTION
+
+
+def validate(cfg: RunConfig) -> None:
+    """Check every name and path before any work starts (one clear line per problem)."""
+    env_id = common.env_id(cfg.env)
+    eval_splits(cfg, env_id)
+    game_set(cfg)  # a wrong data folder (ALFWORLD_DATA) fails here, before any work
+    if ":" not in cfg.credit:  # a registered name (or `none`): close matches suggested
+        lookup("credit module", cfg.credit, credit_names())
+    # Each module declares the conventions it can follow (a `package.module:Class` plug-in
+    # is imported and checked against the contract here); `none` computes no credit.
+    offered = (
+        credit_class(cfg.credit).conventions if cfg.credit != NO_CREDIT else (DEFAULT_CONVENTION,)
+    )
+    lookup(f"--credit-convention of {cfg.credit}", cfg.credit_convention, {c: c for c in offered})
+    credit_options_of(cfg)
+    lookup("trainer", cfg.trainer, {name: name for name in TRAINER_NAMES})
+    if cfg.eval_episodes < 0 or cfg.steps < 0 or group_size(cfg) < 1:
+        raise UsageError("--eval-episodes and --steps must be >= 0 and --group-size >= 1")
+    if cfg.env_options:  # the env's own constructor checks names and values
+        make_env(env_id, env_kwargs_for(cfg, env_id, None)).close()
+    families = envs.ENVS[env_id].task_families
+    if cfg.faults and families is None:
+        raise UsageError(f"--faults selects an env's task families; {env_id} has none")
+    if cfg.faults:
+        for family in cfg.faults:
+            lookup(f"task family of {env_id}", family, {name: name for name in families.load()})
+    if cfg.threads < 1:
+        raise UsageError(f"--threads must be >= 1 (got {cfg.threads})")
+    if cfg.max_episode_steps is not None and cfg.max_episode_steps < 1:
+        raise UsageError(f"--max-episode-steps must be >= 1 (got {cfg.max_episode_steps})")
+    if cfg.history_len is not None and cfg.history_len < 0:
+        raise UsageError(f"--history-len must be >= 0 (got {cfg.history_len})")
+    if cfg.generation_cache_gib < 0:
+        raise UsageError(f"--generation-cache-gib must be >= 0 (got {cfg.generation_cache_gib})")
+    if not (math.isfinite(cfg.eval_temperature) and cfg.eval_temperature > 0):
+        raise UsageError("--eval-temperature must be > 0 (the policy records log-probs)")
+    common.check_at_least(
+        (
+            ("--eval-batch-size", cfg.eval_batch_size, 1),
+            ("--tasks-per-step", cfg.tasks_per_step, 1),
+            ("--max-new-tokens", cfg.max_new_tokens, 1),
+            ("--sample-group-size", cfg.sample_group_size, 0),
+            ("--eval-every", cfg.eval_every, 0),
+            ("--curve-episodes", cfg.curve_episodes, 1),
+        )
+    )
+    if cfg.learning_rate is not None and not (
+        math.isfinite(cfg.learning_rate) and cfg.learning_rate > 0
+    ):
+        raise UsageError(f"--learning-rate must be a finite number > 0 (got {cfg.learning_rate})")
+    check_device(cfg.device)
+    check_model_name(cfg.model)
+    if cfg.model in SCRIPTED_AGENTS and trains(cfg):
+        raise UsageError(
+            f"--model {cfg.model} is a scripted agent and cannot be trained; "
+            f"use --credit {NO_CREDIT} to evaluate it"
+        )
+    check_out_writable(cfg.out)
+    check_run_folder(cfg)
+    check_vocabulary(cfg)
+
+
+def credit_names() -> dict[str, str]:
+    """Every valid --credit value (the credit registry plus `none`)."""
+    return {NO_CREDIT: NO_CREDIT, **{name: name for name in credit.REGISTRY}}
+
+
+def check_vocabulary(cfg: RunConfig) -> None:
+    """Refuse to resume a run whose config.json records another vocabulary than the one
+    `--model` reads now (`agents.models.vocabulary`: `small`'s committed tokenizer file):
+    its checkpoints' token ids would mean other text. A folder that records none (written
+    before runs recorded it) is resumed as before."""
+    config_file = cfg.out / run_name(cfg) / records.CONFIG_FILE
+    try:
+        recorded = records.read_json(config_file).get("vocabulary")
+    except (OSError, DamagedFileError):
+        # No folder yet, or a config.json that `prepare_run_dir` rewrites anyway (a
+        # damaged one is the episodes' and checkpoints' checks to report, not this one).
+        return
+    current = vocabulary(cfg.model)
+    if recorded is not None and recorded != current:
+        shown = "none" if current is None else f"{current['tokenizer']} {current['sha256'][:12]}"
+        raise UsageError(
+            f"{config_file.parent} was run with the vocabulary {recorded.get('tokenizer')} "
+            f"{str(recorded.get('sha256'))[:12]}, this code reads {shown}; resuming would mix "
+            "them: choose another --name or --out"
+        )
+
+
+def check_device(device: str) -> None:
+    """A torch device string this machine has, or a one-line UsageError."""
+    try:
+        parsed = torch.device(device)
+    except RuntimeError as error:
+        raise UsageError(
+            f"--device {device!r} is not a torch device ({str(error).splitlines()[0]}); "
+            "use cpu, cuda, cuda:N or mps"
+        ) from error
+    available = {
+        "cpu": True,
+        "cuda": torch.cuda.is_available(),
+        "mps": torch.backends.mps.is_available(),
+    }
+    if not available.get(parsed.type, False):
+        raise UsageError(f"--device {device}: this machine has no {parsed.type} device")
+    if parsed.type == "cuda" and (parsed.index or 0) >= torch.cuda.device_count():
+        raise UsageError(
+            f"--device {device}: this machine has {torch.cuda.device_count()} CUDA device(s)"
+        )
+
+
+def check_model_name(name: str) -> None:
+    """Catch a mistyped model name before the hub is asked for it.
+
+    A name that is not registered, not a folder, not a `org/name` hub id and close to a
+    registered name is a typo: refuse it at once with the close names (asking a hub first
+    costs about 50 s of retries where none is reachable)."""
+    if name in MODELS or name in SCRIPTED_AGENTS or "/" in name or Path(name).expanduser().exists():
+        return
+    hint = suggest(name, [*MODELS, *SCRIPTED_AGENTS])
+    if hint:
+        raise UsageError(f"unknown model {name!r}.{hint}")
+
+
+def check_out_writable(out: Path) -> None:
+    """Create `out` and write a probe file there, or raise a one-line UsageError."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=out, prefix=".write-probe-"):
+            pass
+    except OSError as error:
+        raise UsageError(f"--out {out} cannot be written: {error.strerror or error}") from error
+
+
+def check_run_folder(cfg: RunConfig) -> None:
+    """Refuse a run whose folder holds another configuration (a reused `--name`): resuming
+    would add this configuration's episodes to the other's and relabel them."""
+    run_dir = cfg.out / run_name(cfg)
+    # A derived name hashes the identity: the same name is the same configuration.
+    if not cfg.name or not (run_dir / records.CONFIG_FILE).is_file():
+        return
+    recorded = records.read_json(run_dir / records.CONFIG_FILE).get("identity")
+    if recorded is None:
+        raise UsageError(
+            f"{run_dir} records no configuration identity (written by an older creditgym); "
+            "choose another --name"
+        )
+    identity = run_identity(cfg)
+    keys = {*recorded, *identity}
+    differing = sorted(key for key in keys if recorded.get(key) != identity.get(key))
+    if differing:
+        shown = "; ".join(
+            f"{key} {recorded.get(key, 'unset')} there, {identity.get(key, 'unset')} here"
+            for key in differing[:3]
+        )
+        raise UsageError(f"{run_dir} holds another configuration ({shown}); choose another --name")
