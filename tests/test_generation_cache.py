@@ -170,4 +170,8 @@ def test_trainer_hands_the_credit_modules_cache_to_its_rollouts(tmp_path):
     stats = credit.generation_cache.stats
     assert stats["prompts_stored"] >= 2 and stats["response_hits"] == stats["responses_stored"]
     assert len(credit.generation_cache) == 0  # freed once the batch was scored
+    # the iteration's metrics say what scoring took from generation
+    assert records[0]["cache/prompts_stored"] == stats["prompts_stored"]
+    assert records[0]["cache/response_hits"] == stats["response_hits"] > 0
+    assert records[0]["cache/refused"] == 0
     assert np.isfinite(records[0]["credit/mean_jsd"])

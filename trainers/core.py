@@ -347,6 +347,8 @@ class TrainerCore(abc.ABC):
     def rollout_and_credit(self) -> RolloutPhase:
         """Roll out this iteration's tasks with the current policy and score them."""
         config, iteration = self.config, self.iteration
+        cache = self.credit.generation_cache
+        cache_before = dict(cache.stats) if cache is not None else {}
         start = time.perf_counter()
         agent = LLMAgent(
             self.policy,
@@ -392,6 +394,12 @@ class TrainerCore(abc.ABC):
             "time/credit_s": credit_s,
             "rollout/tokens_per_s": generated / max(rollout_s, 1e-9),
             "iteration": float(iteration),
+            # What hindsight scoring took from generation this iteration: refused entries
+            # (over `generation_cache_gib`) are steps the scoring had to recompute.
+            **{
+                f"cache/{key}": float(value - cache_before[key])
+                for key, value in (cache.stats.items() if cache is not None else ())
+            },
         }
         return RolloutPhase(trajectories, credit_output, metrics)
 
