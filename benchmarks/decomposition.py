@@ -296,8 +296,18 @@ def read_cells(path: Path) -> dict[tuple[str, str], dict[str, Any]]:
 
 def plus_minus(value: float, error: float) -> str:
     if not math.isfinite(value):
-        return "nan"
+        return UNDEFINED
     return f"{value:.2f} ± {error:.2f}" if math.isfinite(error) else f"{value:.2f}"
+
+
+# A metric with nothing to measure (the tables' note says when).
+UNDEFINED = "–"
+UNDEFINED_NOTE = (
+    f"{UNDEFINED}: undefined. `key steps` counts the pool's key steps (KeyDoor: taking "
+    "the key); with none, there is no key step to sign. A pool in which no rollout "
+    "succeeds pays 0 on the outcome channel at every step, so every module's credit is "
+    "0 there: nothing to correlate, no gradient to compare."
+)
 
 
 def table_rows(cells: Sequence[Mapping[str, Any]]) -> tuple[list[dict], list[dict]]:
@@ -325,11 +335,12 @@ def markdown(cells: Sequence[Mapping[str, Any]], command: str) -> str:
                 "model": row["model"],
                 "pool": str(row["pool"]),
                 "module": row["module"],
+                "key steps": str(int(row["key_steps"])),
             },
         )
         for metric in ("pearson", "key_sign", "cos"):
             entry[f"{metric} {row['source']}"] = plus_minus(row[metric], row[f"{metric}_se"])
-    columns = ["channel", "setting", "model", "pool", "module"]
+    columns = ["channel", "setting", "model", "pool", "module", "key steps"]
     columns += [f"{m} {s}" for m in ("pearson", "key_sign", "cos") for s in SOURCES]
     calibration_table = [
         {
@@ -352,6 +363,7 @@ def markdown(cells: Sequence[Mapping[str, Any]], command: str) -> str:
         "cosine over batches of one group).\n\n"
         "## Agreement with the exact advantage A (exact source / model source)\n\n"
         f"{format_table(list(wide.values()), columns)}\n\n"
+        f"{UNDEFINED_NOTE}\n\n"
         "## The model's hindsight against the exact one (visited steps)\n\n"
         f"{format_table(calibration_table, list(calibration_table[0]))}\n"
     )
