@@ -274,7 +274,7 @@ MODELS: dict[str, RegisteredModel] = {
     "small-warm": RegisteredModel(
         "creditgym.trainers.warm_start:load_small_warm", local_tokenizer=True, full_finetune=True
     ),
-    "smollm2-135m": RegisteredModel("agents.models:_load_smollm2"),
+    "smollm2-135m": RegisteredModel("creditgym.agents.models:_load_smollm2"),
 }
 
 
