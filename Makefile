@@ -13,7 +13,7 @@ VERL_STAMP := $(VERL_VENV)/.installed
 # The tests that import verl; the main environment has no verl and skips them.
 VERL_TESTS := tests/test_integrations_verl.py tests/test_integrations_verl_hindsight.py
 
-.PHONY: setup demo test test-all lint lock clean
+.PHONY: setup demo test test-fast test-all lint lock clean
 
 # The locked set, then creditgym itself (its dependencies are the lock's). The stamp names
 # the lock (tests/test_packaging_lock.py checks that the venv holds exactly its versions).
@@ -49,6 +49,10 @@ test: $(STAMP) $(VERL_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q -m "not slow" --durations=10
 	$(VERL_VENV)/bin/python -m pytest -q $(VERL_TESTS) tests/test_packaging_lock.py
+
+# The contributors' loop: the fast tier alone, in .venv (no lock check, lint or verl venv).
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not slow" --durations=10
 
 # Everything, the slow end-to-end tests included (training runs, kill-and-resume, report
 # rebuilds, the GPU check's CPU dry run): about 30 min more here. Run it before closing
