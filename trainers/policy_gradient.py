@@ -75,6 +75,7 @@ from creditgym.trainers.core import (
     to_device,
 )
 from creditgym.trainers.curve import CurveSettings
+from creditgym.trainers.host_memory import large_tensors_mapped
 
 # The trainers' name for the rollout policy's sampling settings, which callers import from
 # here: the one sampling config of `agents.llm`, not a copy of it.
@@ -163,6 +164,11 @@ class PolicyGradientConfig:
     on for LoRA, where a pretrained model's update is the iteration's cost; off for full
     fine-tuning of `tiny` / `small`, whose updates are bound by per-call overhead (and
     whose earlier runs keep their arithmetic)."""
+    map_large_tensors: bool = True
+    """Serve the update's host allocations of 4 MiB or more as fresh mappings, returned to
+    the kernel when freed (`trainers/host_memory.py`; glibc only): halves a pretrained
+    policy's peak memory on a CPU, where heap holes held the rest, for some zeroing time.
+    The arithmetic is the same either way."""
     kl_coef: float = 0.0
     """beta of the k3 KL penalty to the starting policy (papers: 0.01; 0 skips the
     reference forward pass, which costs one extra forward per micro-batch)."""
@@ -429,8 +435,12 @@ class PolicyGradientTrainer(TrainerCore):
         parts = micro_batches(
             trajectories, config.micro_batch_trajectories, config.micro_batch_tokens
         )
+        mapped = large_tensors_mapped() if config.map_large_tensors else nullcontext()
         # The update of a CPU run takes minutes: show it like the rollout and evaluation.
-        with LiveBar(total=len(parts), desc="update", unit="micro-batch", leave=False) as bar:
+        with (
+            mapped,
+            LiveBar(total=len(parts), desc="update", unit="micro-batch", leave=False) as bar,
+        ):
             for part in parts:
                 micro = trajectories[part]
                 lengths = [

@@ -8,11 +8,13 @@ Markov env), once per path, each path in a fresh process (peak resident memory o
 grows within a process), one after the other in the same run so that both see the same
 machine load:
 
-- old: float32 throughout, every step's prompt run in full by the rollout and the update;
+- old: float32 throughout, every step's prompt run in full by the rollout and the update,
+  the update's tensors on glibc's heap;
 - new: bfloat16 products where this CPU has them natively (`agents.precision`, AMX or
-  AVX-512 BF16; float32 elsewhere), and the prompt prefix steps share run once: per
+  AVX-512 BF16; float32 elsewhere), the prompt prefix steps share run once: per
   micro-batch in the update (`PolicyGradientConfig.shared_prefix`, `agents.logprobs`),
-  per prefix in the rollout's prefill (`agents.batching`).
+  per prefix in the rollout's prefill (`agents.batching`), and the update's large
+  tensors mapped (`trainers.host_memory`).
 
 Prints the processor's features, each path's rollout and update seconds, step rows,
 peak RSS (at the end of the first rollout and overall, to tell which phase sets it),
@@ -89,6 +91,7 @@ def measure(config: BenchArgs, path: str, results: dict) -> None:
         seed=config.seed,
         checkpoint_every=config.iterations,
         shared_prefix=path == "new",
+        map_large_tensors=path == "new",
         finetune="lora",
     )
     agent = AgentConfig(constrained=True, history_len=0)
