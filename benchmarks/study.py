@@ -135,6 +135,8 @@ def method_form(config: Mapping[str, Any]) -> str:
     and the trainer when not policy gradient (`gigpo (verl-agent)`, `hcapo
     [do_no_harm=false]`, `sft+grpo`)."""
     name = config["credit"]
+    if ":" in name:  # a module named by path is shown by its own name (`hcapo_exact`)
+        name = credit.resolve(name).name
     if config.get("credit_convention", "creditgym") != "creditgym":
         name += f" ({config['credit_convention']})"
     if config.get("credit_options"):
@@ -308,52 +310,86 @@ def confirmatory(x: str, y: str) -> bool:
     return BASELINE in (x, y) and x in REGISTRY and y in REGISTRY
 
 
+def compare_pair(
+    by_env: pd.DataFrame,
+    x: str,
+    y: str,
+    column: str,
+    reps: int,
+    is_confirmatory: bool,
+    label: str | None = None,
+) -> dict[str, Any] | None:
+    """The tests of X against Y on one env (its tasks as strata), over the tasks where both
+    have the same number of seeds, or None when they share none: P(X > Y) with its
+    interval, the mean difference X - Y and its Welch interval, the permutation p-value of
+    P(X > Y) = 1/2 and the TOST p-value at `EQUIVALENCE_MARGIN` (the last three only from
+    `MIN_SEEDS_FOR_VERDICT` seeds on). `label` names the rows' scope (default: the env)."""
+    shared = [
+        t
+        for t in dict.fromkeys(by_env.task)
+        if len(by_env[(by_env.task == t) & (by_env.method == x)])
+        == len(by_env[(by_env.task == t) & (by_env.method == y)])
+        > 0
+    ]
+    mx = score_matrix(by_env[by_env.method == x], shared, column)
+    my = score_matrix(by_env[by_env.method == y], shared, column)
+    if mx is None or my is None:
+        return None
+    testable = mx.shape[0] >= MIN_SEEDS_FOR_VERDICT
+    return {
+        "env": label or by_env.env.iloc[0],
+        "x": x,
+        "y": y,
+        "tasks": len(shared),
+        "seeds": mx.shape[0],
+        "p_x_beats_y": stats.probability_of_improvement(mx, my, reps=reps),
+        "difference": stats.mean_difference(mx, my) if testable else None,
+        "p_difference": stats.difference_test(mx, my) if testable else math.nan,
+        "p_equivalence": stats.tost(mx, my, EQUIVALENCE_MARGIN) if testable else math.nan,
+        "confirmatory": is_confirmatory,
+    }
+
+
 def improvement_pairs(frame: pd.DataFrame, column: str, reps: int) -> pd.DataFrame:
-    """P(X > Y) of `column` for every ordered pair of methods trained on one reward channel
-    (oracles left out), per env (its tasks as strata), over the tasks where both have the
-    same number of seeds, with the tests that decide a verdict (`verdicts`): the mean
-    difference X - Y and its Welch interval, the permutation p-value of P(X > Y) = 1/2 and
-    the TOST p-value at `EQUIVALENCE_MARGIN`."""
+    """`compare_pair` for every ordered pair of methods trained on one reward channel
+    (oracles left out), per env, with the verdict each earns (`verdicts`)."""
     lines = []
-    for env, by_env in frame.groupby("env", sort=False):
-        tasks = list(dict.fromkeys(by_env.task))
+    for _, by_env in frame.groupby("env", sort=False):
         methods = sorted(set(by_env.method[~by_env.oracle]))
         channel = dict(zip(by_env.method, by_env.channel, strict=True))
         form = dict(zip(by_env.method, by_env.form, strict=True))
         for i, x in enumerate(methods):
             for y in methods[i + 1 :]:
-                if channel[x] != channel[y]:
-                    continue
-                shared = [
-                    t
-                    for t in tasks
-                    if len(by_env[(by_env.task == t) & (by_env.method == x)])
-                    == len(by_env[(by_env.task == t) & (by_env.method == y)])
-                    > 0
-                ]
-                mx = score_matrix(by_env[by_env.method == x], shared, column)
-                my = score_matrix(by_env[by_env.method == y], shared, column)
-                if mx is None or my is None:
-                    continue
-                interval = stats.probability_of_improvement(mx, my, reps=reps)
-                testable = mx.shape[0] >= MIN_SEEDS_FOR_VERDICT
-                lines.append(
-                    {
-                        "env": env,
-                        "x": x,
-                        "y": y,
-                        "tasks": len(shared),
-                        "seeds": mx.shape[0],
-                        "p_x_beats_y": interval,
-                        "difference": stats.mean_difference(mx, my) if testable else None,
-                        "p_difference": stats.difference_test(mx, my) if testable else math.nan,
-                        "p_equivalence": stats.tost(mx, my, EQUIVALENCE_MARGIN)
-                        if testable
-                        else math.nan,
-                        "confirmatory": confirmatory(form[x], form[y]),
-                    }
-                )
-    return verdicts(pd.DataFrame(lines))
+                if channel[x] == channel[y]:
+                    line = compare_pair(by_env, x, y, column, reps, confirmatory(form[x], form[y]))
+                    lines.append(line)
+    return verdicts(pd.DataFrame([line for line in lines if line is not None]))
+
+
+def ceiling_pairs(frame: pd.DataFrame, column: str, reps: int) -> pd.DataFrame:
+    """Each oracle row (credit that reads the exact MDP: the exact advantage, exact
+    hindsight) against `BASELINE` on its own reward channel, per env (`compare_pair`):
+    what perfect credit, or a hindsight formula fed perfect hindsight, buys over GRPO at
+    the same rollouts. Never part of the ranking: every verdict is exploratory. Per env
+    over its tasks, then per task of an env with several (whether the gap changes with
+    the horizon)."""
+    lines = []
+    for _, by_env in frame.groupby("env", sort=False):
+        channel = dict(zip(by_env.method, by_env.channel, strict=True))
+        form = dict(zip(by_env.method, by_env.form, strict=True))
+        # GRPO's row per channel: `grpo` on the return, `grpo on outcome`.
+        baseline = {channel[m]: m for m in set(by_env.method) if form[m] == BASELINE}
+        tasks = list(dict.fromkeys(by_env.task))
+        scopes = [(None, by_env)] + [
+            (task, by_env[by_env.task == task]) for task in tasks if len(tasks) > 1
+        ]
+        for x in sorted(set(by_env.method[by_env.oracle])):
+            if channel[x] not in baseline:
+                continue
+            for label, rows in scopes:
+                y = baseline[channel[x]]
+                lines.append(compare_pair(rows, x, y, column, reps, False, label))
+    return verdicts(pd.DataFrame([line for line in lines if line is not None]))
 
 
 def verdicts(pairs: pd.DataFrame) -> pd.DataFrame:
@@ -715,10 +751,30 @@ def calibration_markdown(table: pd.DataFrame, header: str) -> str:
     return "\n".join(lines)
 
 
+def pair_table(pairs: pd.DataFrame, scope: str = "env") -> list[str]:
+    """The markdown table of compared pairs (`compare_pair` rows with their verdicts);
+    `scope` heads the first column."""
+    margin = f"{100 * EQUIVALENCE_MARGIN:.0f}"
+    lines = [
+        f"| {scope} | X | Y | tasks | seeds | P(X > Y) [95 % CI] | X - Y, points [95 % CI] | "
+        f"p diff | p equiv (±{margin}) | verdict |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in pairs.itertuples(index=False):
+        difference = row.difference.text(100) if row.difference is not None else "–"
+        lines.append(
+            f"| {row.env} | {row.x} | {row.y} | {row.tasks} | {row.seeds} | "
+            f"{row.p_x_beats_y.text(digits=2)} | {difference} | {_p(row.p_difference)} | "
+            f"{_p(row.p_equivalence)} | {row.verdict} |"
+        )
+    return lines
+
+
 def markdown(
     frame: pd.DataFrame,
     summary: pd.DataFrame,
     pairs: pd.DataFrame,
+    ceilings: pd.DataFrame,
     trends: pd.DataFrame,
     untrained: Mapping[str, float],
     header: str,
@@ -792,19 +848,22 @@ def markdown(
             "each a family); every other pair is exploratory: unadjusted, a lead for the next "
             "study, not a finding.",
             "",
-            "| env | X | Y | tasks | seeds | P(X > Y) [95 % CI] | X - Y, points [95 % CI] | "
-            f"p diff | p equiv (±{margin}) | verdict |",
-            "|---|---|---|---|---|---|---|---|---|---|",
+            *pair_table(pairs.sort_values("confirmatory", ascending=False, kind="stable")),
+            "",
         ]
-        ordered = pairs.sort_values("confirmatory", ascending=False, kind="stable")
-        for row in ordered.itertuples(index=False):
-            difference = row.difference.text(100) if row.difference is not None else "–"
-            lines.append(
-                f"| {row.env} | {row.x} | {row.y} | {row.tasks} | {row.seeds} | "
-                f"{row.p_x_beats_y.text(digits=2)} | {difference} | {_p(row.p_difference)} | "
-                f"{_p(row.p_equivalence)} | {row.verdict} |"
-            )
-        lines.append("")
+    if not ceilings.empty:
+        lines += [
+            f"## Oracles against {BASELINE}: what credit read off the exact MDP buys",
+            "",
+            f"Each oracle row against {BASELINE} on the channel both trained on, with the "
+            "tests above: the exact advantage shows what perfect credit reaches at the same "
+            "rollouts; a hindsight formula fed exact hindsight (`*_exact`, `hca`) shows what "
+            "the formula does when the model's read of the outcome is perfect. Exploratory "
+            "(unadjusted): a ceiling, not a ranking.",
+            "",
+            *pair_table(ceilings, scope="env or task"),
+            "",
+        ]
     if not trends.empty:
         lines += [
             "## Trend of final success over the horizon",
@@ -865,11 +924,12 @@ def build(args: StudyArgs) -> pd.DataFrame:
     args.out.mkdir(parents=True, exist_ok=True)
     frame.to_csv(args.out / "runs.csv", index=False)
     pairs = improvement_pairs(frame, "final_success", args.reps)
+    ceilings = ceiling_pairs(frame, "final_success", args.reps)
     trends = horizon_trends(frame)
-    (args.out / "study.md").write_text(
-        markdown(frame, summary, pairs, trends, baselines(runs), header, type_success(runs, frame)),
-        encoding="utf-8",
+    report = markdown(
+        frame, summary, pairs, ceilings, trends, baselines(runs), header, type_success(runs, frame)
     )
+    (args.out / "study.md").write_text(report, encoding="utf-8")
     horizon_figure(frame, summary, args.out / "credit_vs_horizon.png")
     curve_figure(runs, frame, "rollouts", args.out / "learning_curves.png")
     curve_figure(runs, frame, "train_seconds", args.out / "learning_curves_wallclock.png")

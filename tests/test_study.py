@@ -348,3 +348,46 @@ def test_runs_of_one_task_at_two_budgets_are_named_apart_and_compared_within_one
     assert (
         "| oracle (9 iterations) | 1 | 100.0 (one seed) | passes on the mean | – | – | – |" in text
     )
+
+
+def test_oracle_rows_meet_grpo_only_on_their_channel_as_exploratory_ceilings():
+    successes = {
+        ("grpo", "grpo", "return", False): [0.2, 0.3, 0.1, 0.2],
+        ("hcapo", "hcapo", "return", False): [0.3, 0.2, 0.4, 0.1],
+        ("oracle", "oracle", "return", True): [1.0, 1.0, 1.0, 1.0],
+        ("grpo on outcome", "grpo", "outcome", False): [0.9, 1.0, 0.95, 1.0],
+        ("hcapo_exact on outcome", "hcapo_exact", "outcome", True): [1.0, 0.95, 1.0, 0.9],
+    }
+    fields = ("method", "form", "channel", "oracle")
+    frame = pd.DataFrame(
+        [
+            {"env": "KeyDoor-v0", "task": f"KeyDoor-v0[delay={delay}]"}
+            | dict(zip(fields, row, strict=True))
+            | {"seed": seed, "final_success": value}
+            for delay in (4, 16)
+            for row, values in successes.items()
+            for seed, value in enumerate(values)
+        ]
+    )
+    ceilings = study.ceiling_pairs(frame, "final_success", reps=200)
+    # each oracle against GRPO on its own channel: pooled over the env, then per task
+    assert list(zip(ceilings.env, ceilings.x, ceilings.y, strict=True)) == [
+        (scope, x, y)
+        for x, y in (("hcapo_exact on outcome", "grpo on outcome"), ("oracle", "grpo"))
+        for scope in ("KeyDoor-v0", "KeyDoor-v0[delay=4]", "KeyDoor-v0[delay=16]")
+    ]
+    assert not ceilings.confirmatory.any()
+    oracle = ceilings[(ceilings.x == "oracle") & (ceilings.env == "KeyDoor-v0")].iloc[0]
+    assert oracle.difference.value == pytest.approx(0.8)  # 1.0 - mean(0.2, 0.3, 0.1, 0.2)
+    assert oracle.verdict == "exploratory: oracle better"
+    exact = ceilings[(ceilings.x == "hcapo_exact on outcome") & (ceilings.env == "KeyDoor-v0")]
+    assert exact.iloc[0].verdict == "exploratory: tie (within ±10 points)"
+    # oracles stay out of the ranked pairs
+    pairs = study.improvement_pairs(frame, "final_success", reps=200)
+    assert set(pairs.x) | set(pairs.y) == {"grpo", "hcapo"}
+
+
+def test_a_module_named_by_path_is_shown_by_its_own_name():
+    config = {"credit": "credit.exact_source:HCAPOExact", "trainer": "policy_gradient"}
+    assert study.method_name(config) == "hcapo_exact"
+    assert study.method_name({**config, "reward_channel": "outcome"}) == "hcapo_exact on outcome"
