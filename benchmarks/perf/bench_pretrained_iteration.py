@@ -31,6 +31,7 @@ import multiprocessing
 import resource
 import tempfile
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 import tyro
@@ -70,11 +71,25 @@ class BenchArgs:
     2-core machine, 2 threads made the rollout about 3x slower (a spin-waiting thread)."""
     seed: int = 0
     """Seeds tasks and sampling (the same for both paths)."""
+    paths: tuple[Literal["old", "new"], ...] = PATHS
+    """Which paths to run (`old`, `new`); the ratios need both."""
+    micro_batch_tokens: int | None = None
+    """The new path's `PolicyGradientConfig.micro_batch_tokens` (None: its default)."""
+    activation_checkpointing: bool | None = None
+    """The new path's `PolicyGradientConfig.activation_checkpointing` (None: auto)."""
 
 
 def peak_mb() -> float:
     """This process's peak resident memory so far, MB."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def new_path_settings(config: BenchArgs) -> dict:
+    """The trainer settings `config` overrides for the new path."""
+    settings = {"activation_checkpointing": config.activation_checkpointing}
+    if config.micro_batch_tokens is not None:
+        settings["micro_batch_tokens"] = config.micro_batch_tokens
+    return settings
 
 
 def measure(config: BenchArgs, path: str, results: dict) -> None:
@@ -92,6 +107,7 @@ def measure(config: BenchArgs, path: str, results: dict) -> None:
         checkpoint_every=config.iterations,
         shared_prefix=path == "new",
         map_large_tensors=path == "new",
+        **(new_path_settings(config) if path == "new" else {}),
         finetune="lora",
     )
     agent = AgentConfig(constrained=True, history_len=0)
@@ -137,13 +153,15 @@ def main(config: BenchArgs) -> None:
     context = multiprocessing.get_context("spawn")
     with context.Manager() as manager:
         results = manager.dict()
-        for path in PATHS:
+        for path in config.paths:
             child = context.Process(target=measure, args=(config, path, results))
             child.start()
             child.join()
             if child.exitcode != 0:
                 print(f"{path}: the run died (exit code {child.exitcode})")
         results = dict(results)
+    if config.micro_batch_tokens is not None or config.activation_checkpointing is not None:
+        print(f"new path overrides: {new_path_settings(config)}")
     print(
         f"\none GRPO iteration, {config.model} + LoRA on KeyDoor delay {config.delay} "
         f"variance {config.variance}: {config.tasks} tasks x G = {config.group_size}, "
