@@ -7,17 +7,27 @@ chunk freed, up to 32 MiB (glibc's `DEFAULT_MMAP_THRESHOLD_MAX` on 64-bit), so a
 first few frees of a CPU update nearly every activation comes from the heap. The update
 of a pretrained policy allocates tensors of a few MB whose lifetimes interleave (the
 layer inputs the recompute keeps until backward between the temporaries freed after
-each layer), and the heap grows by the holes it cannot reuse: measured on smollm2-135m +
-LoRA, KeyDoor delay 4, 8 rollouts, one GRPO update on 1 thread (three processes side by
-side on a 2-core Xeon, amx_bf16 / avx512_bf16 / avx512f yes), peak RSS 3,362 MB with the
-default behaviour, 2,096 MB with the threshold fixed at 4 MiB, 1,586 MB at 256 KiB; the
-update took 182, 209 and 224-253 s (a mapping is zeroed by the kernel on first touch,
-a heap hole is not).
+each layer), and the heap grows by the holes it cannot reuse. Measured on smollm2-135m +
+LoRA with bfloat16 products, KeyDoor delay 4, one GRPO iteration on 1 thread of a 2-core
+Xeon (amx_bf16 / avx512_bf16 / avx512f yes), the arithmetic identical (same gradient
+norm):
+- 8 rollouts, three processes side by side (a probe of
+  `benchmarks.perf.bench_pretrained_iteration`'s `measure`, the threshold set through
+  `MALLOC_MMAP_THRESHOLD_`): peak RSS 3,264 MB with glibc's default, 1,586 MB at
+  256 KiB (update 184 -> 253 s: a mapping is zeroed by the kernel on first touch, a heap
+  hole is not); 3,362 / 3,396 / 2,096 MB at default / 16 MiB / 4 MiB with transparent
+  huge pages for malloc (`GLIBC_TUNABLES=glibc.malloc.hugetlb=1`), update 182 / 187 /
+  209 s;
+- 32 rollouts, `python -m benchmarks.perf.bench_pretrained_iteration` (this module on
+  the new path, 4 MiB): peak RSS 2,548 MB against 4,080 MB for the old path on the heap,
+  where the same new path measured 4,269 MB before this module.
 
 `large_tensors_mapped` fixes the threshold at `UPDATE_MMAP_THRESHOLD` for the update
-only and puts the ceiling back afterwards (the rollout's many small KV-cache growths stay
-on the heap, where they cost nothing). The arithmetic is untouched: only where the bytes
-live changes. Other C libraries (musl, macOS) are left alone.
+only and puts the ceiling back afterwards: the rollout's KV caches, which grow by a
+column per generated token, stay on the heap (with 256 KiB for the whole process the
+8-rollout rollout took 1.3x longer, and its peak did not fall). The arithmetic is
+untouched: only where the bytes live changes. Other C libraries (musl, macOS) are left
+alone.
 """
 
 from __future__ import annotations
