@@ -361,8 +361,8 @@ def improvement_pairs(frame: pd.DataFrame, column: str, reps: int) -> pd.DataFra
         for i, x in enumerate(methods):
             for y in methods[i + 1 :]:
                 if channel[x] == channel[y]:
-                    line = compare_pair(by_env, x, y, column, reps, confirmatory(form[x], form[y]))
-                    lines.append(line)
+                    is_confirmatory = confirmatory(form[x], form[y])
+                    lines.append(compare_pair(by_env, x, y, column, reps, is_confirmatory))
     return verdicts(pd.DataFrame([line for line in lines if line is not None]))
 
 
@@ -384,11 +384,11 @@ def ceiling_pairs(frame: pd.DataFrame, column: str, reps: int) -> pd.DataFrame:
             (task, by_env[by_env.task == task]) for task in tasks if len(tasks) > 1
         ]
         for x in sorted(set(by_env.method[by_env.oracle])):
-            if channel[x] not in baseline:
-                continue
-            for label, rows in scopes:
-                y = baseline[channel[x]]
-                lines.append(compare_pair(rows, x, y, column, reps, False, label))
+            y = baseline.get(channel[x])
+            if y is not None:
+                lines += [
+                    compare_pair(rows, x, y, column, reps, False, label) for label, rows in scopes
+                ]
     return verdicts(pd.DataFrame([line for line in lines if line is not None]))
 
 

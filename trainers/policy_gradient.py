@@ -168,8 +168,7 @@ class PolicyGradientConfig:
     """Serve the update's host allocations of 4 MiB or more as fresh mappings, returned to
     the kernel when freed (`trainers/host_memory.py`; glibc only): a pretrained policy's
     peak memory on a CPU falls by about 40 % (heap holes held it), for the kernel's zeroing
-    of fresh pages.
-    The arithmetic is the same either way."""
+    of fresh pages. The arithmetic is the same either way."""
     kl_coef: float = 0.0
     """beta of the k3 KL penalty to the starting policy (papers: 0.01; 0 skips the
     reference forward pass, which costs one extra forward per micro-batch)."""
