@@ -792,7 +792,8 @@ def markdown(
         "narrow); of the IQM: BCa (Agarwal et al. 2021, arXiv 2108.13264; "
         "`benchmarks/stats.py`). Rows train on the env's return unless named `on outcome` "
         "(`--reward-channel`); pairs are compared on one channel only, and oracles (credit "
-        "that reads ground truth) are listed apart and never compared.",
+        'that reads ground truth) are listed apart and never ranked (the section "Oracles '
+        f'against {BASELINE}" sets each against {BASELINE}, as an exploratory ceiling).',
         "",
     ]
     for task, rows in summary.groupby("task", sort=False):
