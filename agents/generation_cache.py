@@ -22,9 +22,12 @@ never give wrong keys and values. Responses are keyed by (prompt ids, response i
 Stale entries are never served: the cache records the model's parameter fingerprint
 (each parameter's identity and in-place version counter, which optimiser steps,
 `load_state_dict` and adapter injection all change) and empties itself when it differs.
-Memory is bounded by `budget_bytes`; once full, new entries are refused (first come,
-first kept) and scoring recomputes those steps, so a small budget costs speed, never
-correctness.
+Memory is bounded by `budget_bytes`, an upper bound and not an allocation: the cache
+holds what the rollout generated and no more. Once full, new entries are refused (first
+come, first kept) and scoring recomputes those steps, so a small budget costs speed, never
+correctness. An entry is also refused when storing it would leave the device (the host's
+`MemAvailable`, or the GPU's free memory) with less than `RESERVE_FRACTION` of its total:
+the budget must not take the memory the rest of the iteration needs.
 """
 
 from __future__ import annotations
@@ -37,8 +40,14 @@ import torch
 from torch import nn
 
 BLOCK_TOKENS = 16
-# 2 GiB: about 90 SysDiag steps of smollm2-135m (46 KB of keys and values per token).
-DEFAULT_GENERATION_CACHE_BYTES = 2 << 30
+# 8 GiB: the users' ALFWorld command (`benchmarks.run --env alfworld --credit hp_rlvr`,
+# smollm2-135m) generates about 400 steps of about 350 prompt tokens, at 46 KB of keys and
+# values per token 6.4 GB; at the earlier 2 GiB two thirds of its steps were recomputed
+# and the scoring took longer than the rollout (benchmarks/perf/bench_alfworld_hindsight.py).
+DEFAULT_GENERATION_CACHE_BYTES = 8 << 30
+# An entry is refused when it would leave less than this fraction of the device's memory
+# available (`GenerationCache._admits`).
+RESERVE_FRACTION = 0.25
 
 
 @dataclass(frozen=True)
@@ -75,6 +84,33 @@ def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
     return int(differ[0]) if differ.size else n
 
 
+def _meminfo_bytes() -> tuple[int, int] | None:
+    """(MemAvailable, MemTotal) of the host in bytes, or None where /proc/meminfo is not
+    readable (not Linux)."""
+    fields = {}
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                name, _, value = line.partition(":")
+                if name in ("MemAvailable", "MemTotal"):
+                    fields[name] = int(value.split()[0]) * 1024  # kB
+    except (OSError, ValueError):
+        return None
+    if len(fields) < 2:
+        return None
+    return fields["MemAvailable"], fields["MemTotal"]
+
+
+def device_memory(device: torch.device) -> tuple[int, int] | None:
+    """(available, total) bytes of the memory `device`'s tensors live in: a CUDA device's
+    free and total memory, else the host's; None when it cannot be read."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)
+    if device.type == "cpu":
+        return _meminfo_bytes()
+    return None
+
+
 def parameter_fingerprint(model: nn.Module) -> tuple[tuple[int, int], ...]:
     """(identity, in-place version) of every parameter: changes with any weight update."""
     return tuple((id(p), p._version) for p in model.parameters())
@@ -95,6 +131,8 @@ class GenerationCache:
             raise ValueError(f"budget_bytes must be >= 0, got {budget_bytes}")
         self.model = model
         self.budget_bytes = budget_bytes
+        parameter = next(model.parameters(), None)
+        self.device = parameter.device if parameter is not None else torch.device("cpu")
         self._prompts: dict[tuple[int, ...], CachedPrompt] = {}
         self._by_block: dict[int, CachedPrompt] = {}
         self._responses: dict[tuple[tuple[int, ...], tuple[int, ...]], torch.Tensor] = {}
@@ -104,6 +142,7 @@ class GenerationCache:
             "prompts_stored": 0,
             "responses_stored": 0,
             "refused": 0,
+            "refused_for_memory": 0,
             "prompt_hits": 0,
             "prompt_misses": 0,
             "reused_tokens": 0,
@@ -133,8 +172,16 @@ class GenerationCache:
             self._fingerprint = fingerprint
 
     def _admits(self, nbytes: int) -> bool:
+        """Whether an entry of `nbytes` fits the budget and leaves the device
+        `RESERVE_FRACTION` of its memory; counts a refusal in `stats` (`refused`, and
+        `refused_for_memory` when the device's memory was the reason)."""
         if self.nbytes + nbytes > self.budget_bytes:
             self.stats["refused"] += 1
+            return False
+        memory = device_memory(self.device)
+        if memory is not None and memory[0] - nbytes < RESERVE_FRACTION * memory[1]:
+            self.stats["refused"] += 1
+            self.stats["refused_for_memory"] += 1
             return False
         return True
 

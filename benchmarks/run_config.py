@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 import tyro
 
 from creditgym import credit
+from creditgym.agents.generation_cache import DEFAULT_GENERATION_CACHE_BYTES
 from creditgym.agents.rollout import EnvWorkers
 from creditgym.agents.trajectory import DEFAULT_REWARD_CHANNEL, RewardChannel
 from creditgym.credit.base import DEFAULT_CONVENTION
@@ -97,10 +98,12 @@ class RunConfig:
     """(observation, action) pairs in the policy's prompt; unset: 0 on an env whose
     observations are Markov (`EnvInfo.markov`: KeyDoor, Umbrella), else 2 (GiGPO's K). The
     hindsight credit modules rebuild prompts with the same K."""
-    generation_cache_gib: float = 2.0
-    """hcapo / hp_rlvr: GiB of prompt keys / values and response hidden states kept from
-    each training rollout for the hindsight scoring (agents/generation_cache.py), on the
-    policy's device; steps beyond it are recomputed (slower, same credit); 0 disables."""
+    generation_cache_gib: float = DEFAULT_GENERATION_CACHE_BYTES / 2**30
+    """hcapo / hp_rlvr: most GiB of prompt keys / values and response hidden states kept
+    from each training rollout for the hindsight scoring (agents/generation_cache.py), on
+    the policy's device: a bound, not an allocation (the users' ALFWorld command keeps
+    ~6.4 GB), and never past a quarter of the device's memory left free; steps beyond it
+    are recomputed (slower, same credit); 0 disables."""
     credit_convention: str = DEFAULT_CONVENTION
     """How grpo / gigpo compute their group statistics: creditgym's own way (default) or a
     peer's, to reproduce its numbers: trl, verl, verl-agent (gigpo: creditgym, verl-agent).

@@ -8,6 +8,7 @@ import pytest
 import torch
 from torch import nn
 
+from creditgym.agents import generation_cache
 from creditgym.agents.generation_cache import BLOCK_TOKENS, GenerationCache
 from creditgym.agents.llm import LLMAgent
 from creditgym.agents.models import build_tiny
@@ -65,6 +66,43 @@ def test_budget_refuses_new_prompts_and_short_prompts_are_not_kept():
     assert len(cache) == 1 and cache.nbytes == nbytes and cache.stats["refused"] == 1
     with pytest.raises(ValueError, match="positions"):
         cache.put_prompt(tuple(range(200, 240)), fake_layers(39))
+
+
+def test_an_entry_that_would_leave_the_device_short_of_memory_is_refused(monkeypatch):
+    one = fake_layers(32)
+    nbytes = sum(k.numel() + v.numel() for k, v in one) * 4
+    total = 100 * nbytes
+    # Available memory as the device reports it: exactly a quarter of the total plus one
+    # entry admits that entry; a byte less refuses it, whatever the budget, and with only
+    # the reserve left even a small response is refused.
+    available = [generation_cache.RESERVE_FRACTION * total + nbytes]
+    monkeypatch.setattr(generation_cache, "device_memory", lambda device: (available[0], total))
+    cache = GenerationCache(nn.Linear(2, 2), budget_bytes=1 << 30)
+    cache.put_prompt(tuple(range(32)), one)
+    assert len(cache) == 1 and cache.stats["refused_for_memory"] == 0
+    available[0] -= 1
+    cache.put_prompt(tuple(range(1, 33)), fake_layers(32))
+    available[0] = generation_cache.RESERVE_FRACTION * total
+    cache.put_response((1, 2), (3,), torch.zeros(1, 4))
+    assert len(cache) == 1 and cache.nbytes == nbytes
+    assert cache.stats["refused"] == cache.stats["refused_for_memory"] == 2
+    # Where the memory cannot be read, only the budget bounds the cache.
+    monkeypatch.setattr(generation_cache, "device_memory", lambda device: None)
+    cache.put_prompt(tuple(range(1, 33)), fake_layers(32))
+    assert len(cache) == 2
+
+
+def test_host_memory_is_read_from_meminfo():
+    memory = generation_cache.device_memory(torch.device("cpu"))
+    if memory is None:
+        pytest.skip("no /proc/meminfo on this system")
+    available, total = memory
+    assert 0 < available <= total
+    # the figure free(1) prints, within what other processes change between the reads
+    with open("/proc/meminfo") as meminfo:
+        kib = {line.split(":")[0]: int(line.split()[1]) for line in meminfo}
+    assert total == kib["MemTotal"] * 1024
+    assert abs(available - kib["MemAvailable"] * 1024) < total // 10
 
 
 def test_a_weight_update_empties_the_cache():
