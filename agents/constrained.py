@@ -49,6 +49,8 @@ class TokenTrie:
         for sequence in sequences:
             if self.walk(sequence).children:
                 raise ValueError(f"token sequence {list(sequence)} is a prefix of another")
+        # The longest sequence: a generation cap below it would cut a command off.
+        self.longest = max(len(sequence) for sequence in sequences)
 
     def walk(self, prefix: Sequence[int]) -> _Node:
         """Node reached by `prefix`; KeyError if the prefix is not in the trie."""

@@ -24,6 +24,7 @@ sequential generation on identical work.
 from __future__ import annotations
 
 import hashlib
+import logging
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
@@ -42,6 +43,9 @@ from creditgym.agents.prompts import build_messages
 # Tokens decoded when looking for `</action>` at the end of the response (enough for a
 # byte-level tokenizer, which spells the 9-character tag in 9 tokens).
 _STOP_TAIL_TOKENS = 16
+
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -135,6 +139,7 @@ class LLMAgent:
         self.generation_cache = generation_cache
         self.share_prefix = share_prefix
         self._calls = 0  # seeds rows that come without an episode key
+        self._warned_cut = False
 
     def messages(self, agent_input: AgentInput) -> list[dict[str, str]]:
         """The chat messages of one step (last `history_len` history pairs)."""
@@ -175,6 +180,22 @@ class LLMAgent:
             share_prefix=self.share_prefix,
         )
 
+    def warn_cut(self, longest: int, commands: Sequence[str]) -> None:
+        """Say once per agent that `max_new_tokens` cuts constrained responses: a command
+        spelled in more tokens than the cap loses its end (the closing tag, or part of the
+        command), so the policy cannot take it whole. Not an error: byte-level `tiny` with
+        the default cap is such a case by design (see `SamplingConfig.max_new_tokens`);
+        the exact-MDP oracles refuse it (`measure.ground_truth.llm_policy_table`)."""
+        if not self._warned_cut:
+            self._warned_cut = True
+            logger.warning(
+                "constrained decoding spells one of %s in %d tokens but max_new_tokens is "
+                "%d: such responses are cut off (raise --max-new-tokens)",
+                list(commands),
+                longest,
+                self.config.max_new_tokens,
+            )
+
     def _finished(self, generated: list[int], trie: TokenTrie | None) -> bool:
         if generated[-1] == self.loaded.tokenizer.eos_token_id:
             return True
@@ -209,6 +230,8 @@ class LLMStream:
             if agent.config.constrained and x.admissible_commands
             else None
         )
+        if trie is not None and trie.longest > agent.config.max_new_tokens:
+            agent.warn_cut(trie.longest, x.admissible_commands)
         episode = x.episode_key or f"call{self.call}/row{key}"
         rng = _row_generator(f"{agent.seed}/{episode}/step{len(x.history)}")
         self.inputs[key] = (x, prompt_text, prompt_ids)

@@ -1,5 +1,6 @@
 """LLM policy with the tiny model: token bookkeeping, re-scoring, determinism, parsing."""
 
+import logging
 import math
 
 import gymnasium as gym
@@ -8,7 +9,11 @@ import torch
 
 import tests.rollout_envs  # noqa: F401  (registers Corridor-v0 in this process)
 from creditgym.agents.base import AgentInput
-from creditgym.agents.constrained import TokenTrie, action_token_sequences, build_action_trie
+from creditgym.agents.constrained import (
+    TokenTrie,
+    action_token_sequences,
+    build_action_trie,
+)
 from creditgym.agents.episode import play_episode
 from creditgym.agents.llm import LLMAgent, encode_prompt
 from creditgym.agents.logprobs import action_logprobs, sampling_logprobs, token_chunks
@@ -129,6 +134,22 @@ def test_play_episode_drives_the_llm_agent_too(tiny):
     agent = LLMAgent(tiny, max_new_tokens=32, constrained=True, seed=0)
     trajectory = play_episode(gym.make(CORRIDOR), agent, seed=0)
     assert all(step.action in step.admissible_commands for step in trajectory.steps)
+
+
+def test_a_generation_cap_that_cuts_constrained_commands_is_said_once(tiny, caplog):
+    env = gym.make(CORRIDOR)
+    _, info = env.reset(seed=0)
+    commands = tuple(info["admissible_commands"])
+    longest = max(map(len, action_token_sequences(tiny.tokenizer, commands)))
+    x = AgentInput(CORRIDOR, "", (), "", admissible_commands=commands)
+    short = LLMAgent(tiny, max_new_tokens=longest - 1, constrained=True, seed=0)
+    with caplog.at_level(logging.WARNING, logger="creditgym.agents.llm"):
+        short.act([x])
+        short.act([x, x])
+        LLMAgent(tiny, max_new_tokens=longest, constrained=True, seed=0).act([x])
+        LLMAgent(tiny, max_new_tokens=1, seed=0).act([x])  # unconstrained: nothing to cut
+    (record,) = caplog.records
+    assert f"in {longest} tokens but max_new_tokens is {longest - 1}" in record.getMessage()
 
 
 @pytest.mark.slow
