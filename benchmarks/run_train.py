@@ -102,26 +102,31 @@ def training_credit(cfg: RunConfig, env_id: str, policy: LoadedModel) -> CreditM
     )
 
 
+def build_trainer(cfg: RunConfig, env_id: str, run_dir: Path, policy: LoadedModel) -> Any:
+    """The trainer a run trains with (its `--trainer`, credit, env, sampling, curve and
+    reward channel), writing into `run_dir`; `train` runs it, the speed scripts
+    (benchmarks/perf/bench_alfworld_hindsight.py) call its phases."""
+    trainer_cls, trainer_config = trainer_configs(cfg)[cfg.trainer]
+    return trainer_cls(
+        policy,
+        training_credit(cfg, env_id, policy),
+        env_id,
+        env_kwargs_for(cfg, env_id, None),
+        training_sampling(cfg),
+        trainer_config,
+        run_dir,
+        curve=curve_settings(cfg, env_id),
+        reward_channel=REWARD_CHANNELS[cfg.reward_channel],
+    )
+
+
 def train(cfg: RunConfig, env_id: str, run_dir: Path, policy: LoadedModel) -> LoadedModel:
     """Train (or resume training of) the policy; writes metrics.jsonl and training.json.
 
     The trainer checkpoints every iteration into `run_dir/checkpoints/`, so a killed run
     continues from its last iteration; the trained policy is exported to `run_dir/final/`.
     """
-    trainer_cls, trainer_config = trainer_configs(cfg)[cfg.trainer]
-    env_kwargs = env_kwargs_for(cfg, env_id, None)
-    sampling = training_sampling(cfg)
-    trainer = trainer_cls(
-        policy,
-        training_credit(cfg, env_id, policy),
-        env_id,
-        env_kwargs,
-        sampling,
-        trainer_config,
-        run_dir,
-        curve=curve_settings(cfg, env_id),
-        reward_channel=REWARD_CHANNELS[cfg.reward_channel],
-    )
+    trainer = build_trainer(cfg, env_id, run_dir, policy)
     metrics = trainer.train()
     records.atomic_write_json(
         run_dir / records.TRAINING_FILE,

@@ -27,21 +27,20 @@ import multiprocessing
 import resource
 import shlex
 import tempfile
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 import tyro
 
 from creditgym.agents.precision import cpu_features
-from creditgym.agents.trajectory import REWARD_CHANNELS
 from creditgym.benchmarks import common
 from creditgym.benchmarks.common import describe_precision
 from creditgym.benchmarks.perf.timing import machine_state
 from creditgym.benchmarks.run import parse_config
 from creditgym.benchmarks.run_build import load_policy
-from creditgym.benchmarks.run_settings import env_kwargs_for, model_dtype
-from creditgym.benchmarks.run_train import trainer_configs, training_credit, training_sampling
+from creditgym.benchmarks.run_settings import model_dtype
+from creditgym.benchmarks.run_train import build_trainer
 
 USERS_COMMAND = "--env alfworld --credit hp_rlvr"
 
@@ -69,18 +68,9 @@ def measure(run_args: str, budget_gib: float, results: dict) -> None:
     torch.set_num_threads(cfg.threads)
     env_id = common.env_id(cfg.env)
     policy = load_policy(cfg.model, cfg.device, model_dtype(cfg))
-    trainer_cls, trainer_config = trainer_configs(cfg)[cfg.trainer]
+    # A fresh folder: the trainer finds no checkpoint to resume from.
     with tempfile.TemporaryDirectory() as run_dir:
-        trainer = trainer_cls(
-            policy,
-            training_credit(cfg, env_id, policy),
-            env_id,
-            env_kwargs_for(cfg, env_id, None),
-            training_sampling(cfg),
-            replace(trainer_config, resume=False),
-            Path(run_dir),
-            reward_channel=REWARD_CHANNELS[cfg.reward_channel],
-        )
+        trainer = build_trainer(cfg, env_id, Path(run_dir), policy)
         phase = trainer.rollout_and_credit()
     metrics = phase.metrics
     results[budget_gib] = {
