@@ -21,6 +21,7 @@ from peft import PeftModel
 from transformers import AutoModelForCausalLM
 
 import tests.rollout_envs  # noqa: F401  (registers Corridor-v0 in this process)
+from creditgym.agents import precision
 from creditgym.agents.llm import LLMAgent
 from creditgym.agents.logprobs import action_logprobs
 from creditgym.agents.models import build_tiny
@@ -33,6 +34,7 @@ from creditgym.agents.precision import (
 )
 from creditgym.agents.rollout import collect
 from creditgym.agents.trajectory import TokenBatch
+from creditgym.trainers.activation_checkpointing import measure_activation_cost
 from creditgym.trainers.core import LoraSettings, prepare_policy
 
 CORRIDOR = "tests.rollout_envs:Corridor-v0"
@@ -53,6 +55,59 @@ def test_decoder_linears_become_bfloat16_and_the_rest_stays_float32():
     assert all(p.dtype == torch.float32 for n, p in model.named_parameters() if "norm" in n)
     x = torch.randn(3, 5, model.config.hidden_size)
     assert model.model.layers[0].mlp.up_proj(x).dtype == torch.float32
+
+
+def lora_logits_and_grads(fuse: bool, monkeypatch) -> tuple[torch.Tensor, dict]:
+    """tiny with bfloat16 products and LoRA (adapters made non-zero): logits at the last
+    5 positions of 3 rows and the adapters' gradients, with the gated MLP fused or not."""
+    loaded = build_tiny()
+    with monkeypatch.context() as patch:
+        if not fuse:
+            patch.setattr(precision, "_is_silu_gated_mlp", lambda module: False)
+        use_bfloat16_matmuls(loaded.model)
+    torch.manual_seed(1)
+    model = prepare_policy(loaded, "lora", LoraSettings()).model
+    for name, parameter in model.named_parameters():
+        if "lora_B" in name:
+            torch.nn.init.normal_(parameter, std=0.02)
+    input_ids = torch.randint(10, 200, (3, 48), generator=torch.Generator().manual_seed(0))
+    logits = model(input_ids=input_ids, logits_to_keep=5, use_cache=False).logits
+    logits.square().sum().backward()
+    grads = {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
+    return logits.detach(), grads
+
+
+def test_fused_gated_mlp_is_the_same_arithmetic(monkeypatch):
+    fused_logits, fused_grads = lora_logits_and_grads(True, monkeypatch)
+    logits, grads = lora_logits_and_grads(False, monkeypatch)
+    assert torch.equal(fused_logits, logits)  # bit for bit, not within a tolerance
+    assert fused_grads.keys() == grads.keys() and len(grads) > 0
+    for name, grad in grads.items():
+        assert torch.equal(fused_grads[name], grad), name
+    # the fused class is used, and stays an instance of the model's own MLP class
+    model = build_tiny().model
+    mlp_class = type(model.model.layers[0].mlp)
+    use_bfloat16_matmuls(model)
+    assert all(
+        isinstance(layer.mlp, precision.BFloat16GatedMLP) and isinstance(layer.mlp, mlp_class)
+        for layer in model.model.layers
+    )
+
+
+def test_fused_gated_mlp_falls_back_where_peft_wraps_a_projection():
+    loaded = build_tiny()
+    use_bfloat16_matmuls(loaded.model)
+    mlp_lora = LoraSettings(target_modules=("gate_proj", "up_proj", "down_proj"))
+    model = prepare_policy(loaded, "lora", mlp_lora).model
+    mlp = model.base_model.model.model.layers[0].mlp
+    assert isinstance(mlp, precision.BFloat16GatedMLP)
+    x = torch.randn(2, 4, model.config.hidden_size)
+    with torch.no_grad():  # non-zero adapters, so that skipping them would show
+        for name, parameter in model.named_parameters():
+            if "lora_B" in name:
+                parameter.normal_()
+    expected = mlp.down_proj(mlp.act_fn(mlp.gate_proj(x)) * mlp.up_proj(x))
+    assert torch.equal(mlp(x), expected)
 
 
 def mapped_ranges(path) -> list[tuple[int, int]]:
@@ -147,3 +202,47 @@ def test_dtype_fast_picks_bfloat16_products_only_where_native_and_for_lora():
     fast = RunConfig(dtype="fast", model="smollm2-135m")
     float32 = RunConfig(model="smollm2-135m")
     assert (run_name(fast) != run_name(float32)) == native_bfloat16()
+
+
+def grouped_query_model() -> torch.nn.Module:
+    """A random 2-layer Llama with 4 query heads over 2 key-value heads (float32)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=300,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        attn_implementation="sdpa",
+    )
+    return LlamaForCausalLM(config).eval()
+
+
+def test_grouped_sdpa_equals_repeated_keys_and_keeps_fewer():
+    model = grouped_query_model()
+    input_ids = torch.randint(0, 300, (2, 40), generator=torch.Generator().manual_seed(1))
+    attention_mask = torch.ones_like(input_ids)
+    attention_mask[0, :7] = 0  # left padding: the mask that made transformers repeat
+
+    def run():
+        model.zero_grad(set_to_none=True)
+        logits = model(
+            input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=6, use_cache=False
+        ).logits
+        logits.square().mean().backward()
+        return logits.detach(), [p.grad.clone() for p in model.parameters()]
+
+    repeated_logits, repeated_grads = run()
+    repeated_cost = measure_activation_cost(model)
+    assert precision.use_grouped_sdpa(model)
+    assert model.config._attn_implementation == precision.GROUPED_SDPA
+    logits, grads = run()
+    torch.testing.assert_close(logits, repeated_logits, rtol=1e-5, atol=1e-5)
+    for grad, repeated in zip(grads, repeated_grads, strict=True):
+        torch.testing.assert_close(grad, repeated, rtol=1e-4, atol=1e-6)
+    # keys and values kept once per key-value head, not once per query head
+    assert measure_activation_cost(model).per_token < repeated_cost.per_token
+    assert not precision.use_grouped_sdpa(model)  # already switched: nothing to do

@@ -53,3 +53,43 @@ def test_large_tensors_are_mapped_inside_the_block_and_heap_allocated_after():
     assert growth["inside"] >= 16  # mapped
     assert growth["small_inside"] == 0  # below the update's 4 MiB threshold: the heap
     assert growth["after"] == 0  # the threshold is back at the heap's ceiling
+
+
+# Freed heap holes between live chunks (not at the heap's top, which free trims itself),
+# made resident, then the block entered: its trim hands the holes' pages back.
+TRIM_PROBE = """
+import ctypes, json, os
+from creditgym.trainers.host_memory import large_tensors_mapped
+
+libc = ctypes.CDLL(None)
+libc.malloc.restype = ctypes.c_void_p
+libc.malloc.argtypes = (ctypes.c_size_t,)
+libc.free.argtypes = (ctypes.c_void_p,)
+libc.mallopt(-3, 32 << 20)  # the threshold an update's frees raise it to: 1 MiB is heap
+
+def resident_mb():
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+holes, keepers = [], []
+for _ in range(256):
+    holes.append(libc.malloc(1 << 20))
+    ctypes.memset(holes[-1], 1, 1 << 20)
+    # keeps each hole off the heap's top; too large for a hole an import left behind
+    keepers.append(libc.malloc(128 << 10))
+for pointer in holes:
+    libc.free(pointer)
+out = {"freed": resident_mb()}
+with large_tensors_mapped():
+    out["inside"] = resident_mb()
+print(json.dumps(out))
+"""
+
+
+def test_the_block_returns_the_heaps_free_pages_on_entering():
+    result = subprocess.run(
+        [sys.executable, "-c", TRIM_PROBE], capture_output=True, text=True, check=True, timeout=120
+    )
+    resident = json.loads(result.stdout.strip().splitlines()[-1])
+    # 256 MiB of freed holes were resident; the trim returns nearly all of them
+    assert resident["freed"] - resident["inside"] >= 200

@@ -23,6 +23,7 @@ from creditgym.credit.base import CreditOutput
 from creditgym.credit.grpo import GRPO
 from creditgym.credit.hp_rlvr import HPRLVR
 from creditgym.credit.rule_based import RuleBased
+from creditgym.trainers.activation_checkpointing import ActivationCost
 from creditgym.trainers.core import WALL_CLOCK_METRICS
 from creditgym.trainers.policy_gradient import (
     POLICY_GRADIENT_METRICS,
@@ -171,6 +172,16 @@ def test_micro_batches_split_by_trajectory_count_and_token_budget():
     # a trajectory over the budget goes alone, never dropped
     assert micro_batches(batch, 32, 1) == [slice(i, i + 1) for i in range(5)]
     assert micro_batches([], 4, 100) == []
+    # the activation budget: 2 bytes per token plus 1 per token squared, per step
+    cost = ActivationCost(per_token=2.0, per_token_squared=1.0)
+    # kept bytes per trajectory: 2 x (20 + 100) = 240, 960, 35, 10,200, 3
+    assert micro_batches(batch, 32, 10**6, 1000.0, cost) == [
+        slice(0, 1),  # 240 + 960 > 1,000
+        slice(1, 3),  # 960 + 35
+        slice(3, 4),  # over the budget alone: alone, never dropped
+        slice(4, 5),
+    ]
+    assert micro_batches(batch, 32, 10**6, 10**6, cost) == [slice(0, 5)]
 
 
 def test_lora_changes_the_adapter_and_leaves_base_weights_untouched(tmp_path):

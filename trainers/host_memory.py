@@ -28,6 +28,12 @@ column per generated token, stay on the heap (with 256 KiB for the whole process
 8-rollout rollout took 1.3x longer, and its peak did not fall). The arithmetic is
 untouched: only where the bytes live changes. Other C libraries (musl, macOS) are left
 alone.
+
+On entering, the block also hands the heap's free pages back to the kernel
+(`malloc_trim(0)`): the rollout's KV caches are freed by then, but their heap pages stay
+resident and the update's peak sits on top of them. One smollm2-135m KeyDoor rollout of
+32 episodes left 2,163 MB resident, 915 MB after the trim (an AMD EPYC with AVX-512
+BF16, bfloat16 products).
 """
 
 from __future__ import annotations
@@ -58,14 +64,34 @@ def _mallopt():
     return mallopt
 
 
+@cache
+def _malloc_trim():
+    """glibc's `malloc_trim`, or None under another C library."""
+    if platform.libc_ver()[0] != "glibc":
+        return None
+    malloc_trim = ctypes.CDLL(None).malloc_trim
+    malloc_trim.argtypes = (ctypes.c_size_t,)
+    malloc_trim.restype = ctypes.c_int
+    return malloc_trim
+
+
+def release_free_heap() -> None:
+    """Hand the heap's free pages back to the kernel (`malloc_trim(0)`; glibc only)."""
+    malloc_trim = _malloc_trim()
+    if malloc_trim is not None:
+        malloc_trim(0)
+
+
 @contextmanager
 def large_tensors_mapped(threshold: int = UPDATE_MMAP_THRESHOLD) -> Iterator[bool]:
     """Within the block, host allocations of at least `threshold` bytes are fresh mappings
-    returned to the kernel when freed. Yields whether that applies (glibc only)."""
+    returned to the kernel when freed, and the block starts with the heap's free pages
+    returned to it. Yields whether that applies (glibc only)."""
     mallopt = _mallopt()
     if mallopt is None or not mallopt(M_MMAP_THRESHOLD, threshold):
         yield False
         return
+    release_free_heap()
     try:
         yield True
     finally:

@@ -47,6 +47,7 @@ module's metrics under `credit/`.
 from __future__ import annotations
 
 import copy
+import math
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -65,7 +66,13 @@ from creditgym.agents.progress import LiveBar
 from creditgym.agents.rollout import EnvWorkers
 from creditgym.agents.trajectory import TokenBatch, Trajectory, return_channel
 from creditgym.credit.base import CreditModule
-from creditgym.trainers.activation_checkpointing import needs_recompute, recompute_activations
+from creditgym.trainers.activation_checkpointing import (
+    RECOMPUTE_ABOVE_BYTES,
+    ActivationCost,
+    measure_activation_cost,
+    needs_recompute,
+    recompute_activations,
+)
 from creditgym.trainers.core import (
     OPTIMIZER_STEP_METRICS,
     ROLLOUT_METRICS,
@@ -154,8 +161,11 @@ class PolicyGradientConfig:
     """Recompute each decoder layer's activations in backward instead of keeping them
     (`trainers/activation_checkpointing.py`): the same gradients for one more forward,
     and a small fraction of the memory (a default HP-RLVR run on smollm2-135m went past
-    22 GB without it). None (auto): per micro-batch, recompute when its estimated
-    activations exceed 1 GiB (`needs_recompute`; `small` on KeyDoor does not)."""
+    22 GB without it). None (auto): micro-batches are also cut to keep at most 1 GiB of
+    activations (what the policy keeps per token is measured once), and only a
+    trajectory over it alone recomputes (`needs_recompute`; `small` on KeyDoor never
+    does, smollm2-135m with bfloat16 products keeps one KeyDoor trajectory per
+    micro-batch). True / False: always / never, over `micro_batch_tokens` micro-batches."""
     shared_prefix: bool | None = None
     """Run the prompt prefix a micro-batch's steps share (the system and task text) once,
     with gradient, and let every step attend to it (`agents.logprobs.action_logprobs`):
@@ -241,25 +251,39 @@ class PolicyGradientConfig:
 
 
 def micro_batches(
-    trajectories: Sequence[Trajectory], max_trajectories: int, max_tokens: int
+    trajectories: Sequence[Trajectory],
+    max_trajectories: int,
+    max_tokens: int,
+    max_bytes: float = math.inf,
+    cost: ActivationCost | None = None,
 ) -> list[slice]:
-    """Consecutive runs of `trajectories` of at most `max_trajectories` and `max_tokens`.
+    """Consecutive runs of `trajectories` of at most `max_trajectories`, `max_tokens` and,
+    with `cost`, `max_bytes` of kept activations (`cost.bytes` of its steps' lengths).
 
-    A trajectory's tokens are its steps' prompt + action ids; one longer than `max_tokens`
+    A trajectory's tokens are its steps' prompt + action ids; one over a budget alone
     forms a micro-batch alone. Returns slices covering range(len(trajectories)) in order.
     """
     slices: list[slice] = []
-    start, tokens = 0, 0
+    start, tokens, kept = 0, 0, 0.0
     for index, trajectory in enumerate(trajectories):
-        size = sum(len(s.prompt_token_ids) + len(s.action_token_ids) for s in trajectory.steps)
+        lengths = step_lengths(trajectory)
+        size = sum(lengths)
+        size_bytes = cost.bytes(lengths) if cost is not None else 0.0
         count = index - start
-        if count and (count >= max_trajectories or tokens + size > max_tokens):
+        over = tokens + size > max_tokens or kept + size_bytes > max_bytes
+        if count and (count >= max_trajectories or over):
             slices.append(slice(start, index))
-            start, tokens = index, 0
+            start, tokens, kept = index, 0, 0.0
         tokens += size
+        kept += size_bytes
     if len(trajectories) > start:
         slices.append(slice(start, len(trajectories)))
     return slices
+
+
+def step_lengths(trajectory: Trajectory) -> list[int]:
+    """Tokens (prompt + action) of each of `trajectory`'s steps."""
+    return [len(step.prompt_token_ids) + len(step.action_token_ids) for step in trajectory.steps]
 
 
 def token_weights(batch: TokenBatch, length_normalise: bool) -> torch.Tensor:
@@ -329,6 +353,7 @@ class PolicyGradientTrainer(TrainerCore):
         self.share_prefix = self.is_lora if config.shared_prefix is None else config.shared_prefix
         # Built before `resume` loads trained weights: the KL reference is the start.
         self.reference = self._frozen_reference() if config.kl_coef > 0 else None
+        self._activation_cost: ActivationCost | None = None
         self.resume(config.steps * config.ppo_epochs * config.num_minibatches)
 
     def _frozen_reference(self) -> torch.nn.Module | None:
@@ -381,6 +406,12 @@ class PolicyGradientTrainer(TrainerCore):
                     return self._policy_logprobs(self.policy.model, batch, trajectories)
             return self._policy_logprobs(self.reference, batch, trajectories)
 
+    def activation_cost(self) -> ActivationCost:
+        """What the policy keeps for backward per row (measured once, on first use)."""
+        if self._activation_cost is None:
+            self._activation_cost = measure_activation_cost(self.policy.model)
+        return self._activation_cost
+
     def _micro_batch_loss(
         self,
         micro: Sequence[Trajectory],
@@ -432,8 +463,16 @@ class PolicyGradientTrainer(TrainerCore):
         self.optimizer.zero_grad(set_to_none=True)
         sums = {"policy": 0.0, "kl": 0.0, "clip": 0.0, "entropy": 0.0}
         row = 0
+        # Auto: micro-batches small enough to keep their activations, where one
+        # trajectory fits; explicit settings keep the token-budget micro-batches.
+        auto = config.activation_checkpointing is None
+        cost = self.activation_cost() if auto else None
         parts = micro_batches(
-            trajectories, config.micro_batch_trajectories, config.micro_batch_tokens
+            trajectories,
+            config.micro_batch_trajectories,
+            config.micro_batch_tokens,
+            RECOMPUTE_ABOVE_BYTES,
+            cost,
         )
         mapped = large_tensors_mapped() if config.map_large_tensors else nullcontext()
         # The update of a CPU run takes minutes: show it like the rollout and evaluation.
@@ -443,15 +482,9 @@ class PolicyGradientTrainer(TrainerCore):
         ):
             for part in parts:
                 micro = trajectories[part]
-                lengths = [
-                    len(s.prompt_token_ids) + len(s.action_token_ids)
-                    for trajectory in micro
-                    for s in trajectory.steps
-                ]
+                lengths = [length for trajectory in micro for length in step_lengths(trajectory)]
                 # Recomputing activations in backward keeps a large micro-batch's memory small.
-                recompute = needs_recompute(
-                    config.activation_checkpointing, self.policy.model, lengths
-                )
+                recompute = needs_recompute(config.activation_checkpointing, cost, lengths)
                 with recompute_activations(self.policy.model) if recompute else nullcontext():
                     stats = self._micro_batch_loss(micro, weights, all_advantages, row)
                 row += stats.pop("rows")

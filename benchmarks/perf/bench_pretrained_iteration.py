@@ -9,12 +9,17 @@ grows within a process), one after the other in the same run so that both see th
 machine load:
 
 - old: float32 throughout, every step's prompt run in full by the rollout and the update,
-  the update's tensors on glibc's heap;
+  the update's tensors on glibc's heap, activations recomputed in backward over
+  4,096-token micro-batches (what "auto" chose for them before it measured what a model
+  keeps);
 - new: bfloat16 products where this CPU has them natively (`agents.precision`, AMX or
   AVX-512 BF16; float32 elsewhere), the prompt prefix steps share run once: per
   micro-batch in the update (`PolicyGradientConfig.shared_prefix`, `agents.logprobs`),
   per prefix in the rollout's prefill (`agents.batching`), and the update's large
-  tensors mapped (`trainers.host_memory`).
+  tensors mapped (`trainers.host_memory`), the gated MLP fused (`agents.precision`), and
+  "auto" activation checkpointing: micro-batches cut to keep at most 1 GiB of
+  activations, so a KeyDoor trajectory keeps its activations instead of recomputing them
+  (`trainers.activation_checkpointing`).
 
 Prints the processor's features, each path's rollout and update seconds, step rows,
 peak RSS (at the end of the first rollout and overall, to tell which phase sets it),
@@ -107,7 +112,7 @@ def measure(config: BenchArgs, path: str, results: dict) -> None:
         checkpoint_every=config.iterations,
         shared_prefix=path == "new",
         map_large_tensors=path == "new",
-        **(new_path_settings(config) if path == "new" else {}),
+        **(new_path_settings(config) if path == "new" else {"activation_checkpointing": True}),
         finetune="lora",
     )
     agent = AgentConfig(constrained=True, history_len=0)
