@@ -142,9 +142,14 @@ def measure_activation_cost(model: nn.Module) -> ActivationCost:
     return ActivationCost(max(0.0, first - square * (a + b)), square)
 
 
-def needs_recompute(setting: bool | None, cost: ActivationCost, row_lengths: Sequence[int]) -> bool:
+def needs_recompute(
+    setting: bool | None, cost: ActivationCost | None, row_lengths: Sequence[int]
+) -> bool:
     """Whether to recompute activations for one micro-batch: `setting` when given, else
-    ("auto") whether its estimated kept bytes exceed RECOMPUTE_ABOVE_BYTES."""
+    ("auto") whether its estimated kept bytes exceed RECOMPUTE_ABOVE_BYTES (`cost` is
+    read only then: the trainer measures it only for auto)."""
     if setting is not None:
         return setting
+    if cost is None:
+        raise ValueError("auto activation checkpointing needs the policy's measured cost")
     return cost.bytes(row_lengths) > RECOMPUTE_ABOVE_BYTES
