@@ -39,7 +39,7 @@ from torch import nn
 
 from creditgym.agents.constrained import TokenTrie
 from creditgym.agents.generation_cache import GenerationCache, common_prefix_length
-from creditgym.agents.kv_cache import growing_cache, join_rows, trim_left
+from creditgym.agents.kv_cache import fill_holes, growing_cache, join_rows, trim_left
 from creditgym.agents.logprobs import sampling_logprobs
 
 # Shorter common prefixes are prefilled with each prompt: a separate batch-1 forward
@@ -164,20 +164,23 @@ class ContinuousBatch:
             else:
                 keep.append(k)
         if len(keep) < len(rows):
-            self._select(keep)
+            keep = self._select(keep)
             sampled = sampled[torch.tensor(keep, dtype=torch.long, device=device)]
         if keep:
             self._decode(sampled)
         return done
 
-    def _select(self, keep: list[int]) -> None:
-        """Keep only rows `keep` (batch indices); trim columns no remaining row uses."""
+    def _select(self, keep: list[int]) -> list[int]:
+        """Keep only rows `keep` (increasing batch indices); trim columns no remaining row
+        uses. Returns the rows' new order (`kv_cache.fill_holes`: rows behind the ones
+        that left take their places, so the cache moves as few rows as it can)."""
+        keep = fill_holes(keep)
         self._rows = [self._rows[k] for k in keep]
         if not keep:
             self._cache, self._logits = None, None
             self._mask = self._mask[:0, :0]
             self._next_position = self._next_position[:0]
-            return
+            return keep
         index = torch.tensor(keep, dtype=torch.long, device=self.device)
         self._cache.batch_select_indices(index)
         self._mask, self._next_position = self._mask[index], self._next_position[index]
@@ -187,6 +190,7 @@ class ContinuousBatch:
         if unused:
             trim_left(self._cache, unused)
             self._mask = self._mask[:, unused:]
+        return keep
 
     def _decode(self, tokens: torch.Tensor) -> None:
         """One decode step: tokens [B, 1] (the just-sampled ones) -> next-token logits."""
@@ -301,16 +305,16 @@ class ContinuousBatch:
             if self._keep_hidden:
                 for row, k in zip(new, index, strict=True):
                     row.hidden.append(head_inputs[k])
-        if len(prompts) < len(new):  # rows sharing a prompt share its prefill
+        # Rows sharing a prompt share its prefill: the cache's rows are picked on joining.
+        picked = index if len(prompts) < len(new) else None
+        if picked is not None:
             rows = torch.tensor(index, device=self.device)
-            cache.batch_select_indices(rows)
             mask, logits = mask[rows], logits[rows]
         next_position = mask.sum(-1, keepdim=True)
         if self._cache is None:
-            self._cache, self._mask, self._logits = cache, mask, logits
+            self._cache, self._mask, self._logits = growing_cache(), mask, logits
             self._next_position = next_position
         else:
-            join_rows(self._cache, cache)
             old_width, new_width = self._mask.shape[1], mask.shape[1]
             both = max(old_width, new_width)
             self._mask = torch.cat(
@@ -321,4 +325,5 @@ class ContinuousBatch:
             )
             self._logits = torch.cat([self._logits, logits])
             self._next_position = torch.cat([self._next_position, next_position])
+        join_rows(self._cache, cache, picked)
         self._rows.extend(new)

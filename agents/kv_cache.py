@@ -3,13 +3,16 @@
 transformers' `DynamicLayer.update` runs `torch.cat([cache, new], dim=-2)` for every
 layer at every step, copying the whole cache: O(L) bytes per token, O(L^2) per response.
 On a CPU that copy is memory-bound and grows with the batch. `GrowingLayer` keeps a
-buffer with spare room along the sequence
-axis (doubling when full, amortised O(1) per token) and hands attention views of its
-filled part, so a step writes only the new keys and values.
+store with spare room along the sequence axis (doubling when full, amortised O(1) per
+token) and hands attention views of its filled part, so a step writes only the new keys
+and values.
 
-Continuous batching (`agents.batching`) also needs rows to join a running cache and
-the all-padding columns on its left to go once the rows that needed them have left:
-`join_rows` and `trim_left`.
+Continuous batching (`agents.batching`) also needs rows to leave and join a running
+cache and the all-padding columns on its left to go once the rows that needed them have
+left: `batch_select_indices` (in `fill_holes` order), `join_rows` and `trim_left`. Rows
+come and go every few tokens in an agent's rollout (an action is short), so these work
+in place on the rows that change: re-copying the whole cache at each of them took about
+a quarter of a smollm2-135m KeyDoor rollout.
 
 Teacher-forced re-scoring (`agents.logprobs`) runs a prefix that many rows share once
 and lets every row attend to its keys and values: `shared_prefix_cache`, whose layers
@@ -32,13 +35,21 @@ INITIAL_SPARE = 256
 
 
 class GrowingLayer(DynamicLayer):
-    """`DynamicLayer` with amortised in-place appends; `keys` / `values` are views
-    [batch, kv_heads, length, head_dim] of buffers [batch, kv_heads, capacity, head_dim]."""
+    """`DynamicLayer` with amortised in-place appends and in-place row upkeep.
+
+    `keys` / `values` are views [rows, kv_heads, length, head_dim] of stores
+    [row_capacity, kv_heads, capacity, head_dim]: spare room along the sequence axis (so
+    a decoded token writes only its own keys and values) and along the batch axis (rows
+    that left keep their room, so rows joining later are written in place). A store is
+    copied only when it is outgrown; a row that leaves moves only the rows after it, and
+    only their filled columns.
+    """
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         super().lazy_initialization(key_states, value_states)
-        self._key_buffer: torch.Tensor | None = None
-        self._value_buffer: torch.Tensor | None = None
+        self._key_store: torch.Tensor | None = None
+        self._value_store: torch.Tensor | None = None
+        self._rows = 0
         self._length = 0
 
     def update(
@@ -46,63 +57,107 @@ class GrowingLayer(DynamicLayer):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
+        if self._key_store is None:
+            self._rows = key_states.shape[0]
         new = key_states.shape[-2]
         needed = self._length + new
-        if self._key_buffer is None or needed > self._key_buffer.shape[-2]:
+        if self._key_store is None or needed > self._key_store.shape[-2]:
             capacity = max(needed + INITIAL_SPARE, 2 * self._length)
-            self._key_buffer = self._grow(self._key_buffer, key_states, capacity)
-            self._value_buffer = self._grow(self._value_buffer, value_states, capacity)
-        self._key_buffer[..., self._length : needed, :] = key_states
-        self._value_buffer[..., self._length : needed, :] = value_states
+            self._key_store = self._grow(self._key_store, key_states, capacity)
+            self._value_store = self._grow(self._value_store, value_states, capacity)
+        self._key_store[: self._rows, :, self._length : needed] = key_states
+        self._value_store[: self._rows, :, self._length : needed] = value_states
         self._length = needed
-        self.keys = self._key_buffer[..., :needed, :]
-        self.values = self._value_buffer[..., :needed, :]
+        self._views()
         return self.keys, self.values
 
-    def _grow(self, buffer: torch.Tensor | None, states: torch.Tensor, capacity: int):
-        shape = (*states.shape[:-2], capacity, states.shape[-1])
-        grown = states.new_empty(shape)
-        if buffer is not None:
-            grown[..., : self._length, :] = buffer[..., : self._length, :]
+    def _views(self) -> None:
+        self.keys = self._key_store[: self._rows, :, : self._length]
+        self.values = self._value_store[: self._rows, :, : self._length]
+
+    def _grow(self, store: torch.Tensor | None, states: torch.Tensor, capacity: int):
+        grown = states.new_empty((self._rows, *states.shape[1:-2], capacity, states.shape[-1]))
+        if store is not None:
+            grown[:, :, : self._length] = store[: self._rows, :, : self._length]
         return grown
 
     def _resync(self) -> None:
-        """Adopt `keys` / `values` as the buffers after an inherited operation replaced
+        """Adopt `keys` / `values` as the stores after an inherited operation replaced
         them (row repetition, crop, beam reorder); the next append regrows."""
         if self.is_initialized and self.keys is not None and self.keys.numel():
-            self._key_buffer, self._value_buffer = self.keys, self.values
-            self._length = self.keys.shape[-2]
+            self._key_store, self._value_store = self.keys, self.values
+            self._rows, self._length = self.keys.shape[0], self.keys.shape[-2]
 
-    def join_rows(self, keys: torch.Tensor, values: torch.Tensor) -> None:
-        """Append rows [b, kv_heads, length, head_dim] along the batch axis, right-aligned
-        with the existing rows: whichever side is shorter is left-padded with zeros
-        (finite, and masked out by the caller's attention mask)."""
-        width = max(self._length, keys.shape[-2])
-        capacity = width + INITIAL_SPARE
-        self._key_buffer = _stack_right_aligned(self.keys, keys, width, capacity)
-        self._value_buffer = _stack_right_aligned(self.values, values, width, capacity)
-        self._length = width
-        self.keys = self._key_buffer[..., :width, :]
-        self.values = self._value_buffer[..., :width, :]
+    def join_rows(
+        self, keys: torch.Tensor, values: torch.Tensor, rows: Sequence[int] | None = None
+    ) -> None:
+        """Append rows of `keys` / `values` [b, kv_heads, length, head_dim] along the batch
+        axis: `rows` picks which, in order, repeats allowed (rows whose prompts are equal
+        share one prefill); None takes all. They are right-aligned with the existing rows:
+        whichever side is shorter is left-padded with zeros (finite, and masked out by the
+        caller's attention mask). An empty layer takes them as its first rows.
+
+        In place when the store has room for them and they are no longer than the
+        existing rows; otherwise both sides go to a new store."""
+        if not self.is_initialized:
+            self.lazy_initialization(keys, values)
+        length = keys.shape[-2]
+        total = self._rows + (keys.shape[0] if rows is None else len(rows))
+        store = self._key_store
+        if store is not None and length <= self._length and total <= store.shape[0]:
+            for store, states in ((self._key_store, keys), (self._value_store, values)):
+                _place_right_aligned(store[self._rows : total], states, self._length, rows)
+        else:
+            width = max(self._length, length)
+            shape = (total, *keys.shape[1:-2], width + INITIAL_SPARE, keys.shape[-1])
+            stores = []
+            for old, states in ((self.keys, keys), (self.values, values)):
+                store = states.new_empty(shape)
+                if self._rows:
+                    _place_right_aligned(store[: self._rows], old, width)
+                _place_right_aligned(store[self._rows :], states, width, rows)
+                stores.append(store)
+            self._key_store, self._value_store = stores
+            self._length = width
+        self._rows = total
+        self._views()
 
     def trim_left(self, columns: int) -> None:
         """Forget the first `columns` positions of every row (views: nothing is copied)."""
-        self._key_buffer = self._key_buffer[..., columns:, :]
-        self._value_buffer = self._value_buffer[..., columns:, :]
+        self._key_store = self._key_store[:, :, columns:]
+        self._value_store = self._value_store[:, :, columns:]
         self._length -= columns
-        self.keys = self._key_buffer[..., : self._length, :]
-        self.values = self._value_buffer[..., : self._length, :]
+        self._views()
 
     def batch_select_indices(self, indices: torch.Tensor) -> None:
-        """Keep rows `indices`, spare room included, so the rows left do not regrow (a
-        second copy of the cache) at the next token: rows leave often mid-generation."""
-        if getattr(self, "_key_buffer", None) is None:  # nothing stored yet
+        """Keep rows `indices` (a 1-D index tensor, row k of the result is row
+        indices[k]), spare room included, so the rows left do not regrow at the next token.
+
+        Distinct rows are selected in place: only the rows whose position changes move,
+        and only their filled columns (`fill_holes` orders a selection so that as few
+        move as possible). Repeated rows copy the filled columns into a new store."""
+        if getattr(self, "_key_store", None) is None:  # nothing stored yet
             super().batch_select_indices(indices)
             return
-        self._key_buffer = self._key_buffer[indices]
-        self._value_buffer = self._value_buffer[indices]
-        self.keys = self._key_buffer[..., : self._length, :]
-        self.values = self._value_buffer[..., : self._length, :]
+        rows = indices.tolist()
+        if len(set(rows)) == len(rows) and all(0 <= row < self._rows for row in rows):
+            moves = [(k, row) for k, row in enumerate(rows) if row != k]
+            overlap = bool({k for k, _ in moves} & {row for _, row in moves})
+            for store in (self._key_store, self._value_store):
+                filled = store[:, :, : self._length]
+                # copied first where a move would overwrite a row a later move reads
+                sources = [filled[row].clone() if overlap else filled[row] for _, row in moves]
+                for (k, _), source in zip(moves, sources, strict=True):
+                    filled[k] = source  # row by row: an indexed write was ~10x slower
+        else:
+            stores = []
+            for store in (self._key_store, self._value_store):
+                selected = store.new_empty((len(rows), *store.shape[1:]))
+                selected[:, :, : self._length] = store[indices, :, : self._length]
+                stores.append(selected)
+            self._key_store, self._value_store = stores
+        self._rows = len(rows)
+        self._views()
 
     def batch_repeat_interleave(self, repeats: int) -> None:
         super().batch_repeat_interleave(repeats)
@@ -117,22 +172,45 @@ class GrowingLayer(DynamicLayer):
         self._resync()
 
 
-def _stack_right_aligned(
-    top: torch.Tensor, bottom: torch.Tensor, width: int, capacity: int
-) -> torch.Tensor:
-    """[b1 + b2, heads, capacity, dim] zeros holding `top` then `bottom`, each ending at
-    column `width`."""
-    out = top.new_zeros((top.shape[0] + bottom.shape[0], *top.shape[1:-2], capacity, top.shape[-1]))
-    out[: top.shape[0], ..., width - top.shape[-2] : width, :] = top
-    out[top.shape[0] :, ..., width - bottom.shape[-2] : width, :] = bottom
-    return out
+def _place_right_aligned(
+    out: torch.Tensor, states: torch.Tensor, width: int, rows: Sequence[int] | None = None
+) -> None:
+    """Write `states` [b, heads, length, dim] (or its rows `rows`, in order) into `out`
+    [len, heads, >= width, dim] so that each ends at column `width`, zeroing the columns
+    before it (the padding must be finite: a masked score weighs it by 0, and 0 x NaN
+    would still be NaN)."""
+    pad = width - states.shape[-2]
+    out[:, :, :pad].zero_()
+    if rows is None:
+        out[:, :, pad:width] = states
+        return
+    for k, row in enumerate(rows):  # row by row: an indexed read copies them twice
+        out[k, :, pad:width] = states[row]
 
 
-def join_rows(cache: DynamicCache, other: DynamicCache) -> None:
-    """Append the rows of `other` to `cache` in place (both from `growing_cache`, both
-    filled); the shorter side is left-padded, so the caller left-pads its masks alike."""
+def fill_holes(keep: Sequence[int]) -> list[int]:
+    """An order of the rows `keep` (increasing batch indices) that moves the fewest rows
+    in a cache: a kept row already within the first len(keep) positions stays there, and
+    the kept rows beyond fill the positions of the rows that left, in order.
+
+    >>> fill_holes([0, 2, 3, 5])  # rows 1 and 4 leave: row 5 takes position 1
+    [0, 5, 2, 3]
+    """
+    size = len(keep)
+    staying = {row for row in keep if row < size}
+    tail = iter(row for row in keep if row >= size)
+    return [row if row in staying else next(tail) for row in range(size)]
+
+
+def join_rows(cache: DynamicCache, other: DynamicCache, rows: Sequence[int] | None = None) -> None:
+    """Append rows of `other` to `cache` in place (both from `growing_cache`; `other`
+    filled, `cache` filled or empty): `rows` picks which, in order, repeats allowed;
+    None takes all. The shorter side is left-padded, so the caller left-pads its masks
+    alike."""
+    while len(cache.layers) < len(other.layers):
+        cache.layers.append(cache.layer_class_to_replicate())
     for layer, extra in zip(cache.layers, other.layers, strict=True):
-        layer.join_rows(extra.keys, extra.values)
+        layer.join_rows(extra.keys, extra.values, rows)
 
 
 def trim_left(cache: DynamicCache, columns: int) -> None:

@@ -166,3 +166,37 @@ def test_a_shared_prefix_is_prefilled_once_and_rows_sample_as_if_alone(tiny, mon
 def test_empty_prompt_is_a_clear_error(tiny):
     with pytest.raises(ValueError, match="empty prompt"):
         make_batch(tiny).add("x", (), None, _row_generator("x"))
+
+
+def test_rows_joining_the_room_of_rows_that_left_sample_as_if_alone(tiny):
+    # "a" and "b" stop after 3 tokens; "c" and "d" then join the cache's spare rows in
+    # place (no longer than the running rows), behind "e" which moved into a's room.
+    prompts = {
+        "a": prompt(tiny, "the disk is full; find what grew"),
+        "b": prompt(tiny, "a process leaks memory, which one"),
+        "e": prompt(tiny, "the web server answers 502 to every request since the update"),
+        "c": prompt(tiny, "read the journal"),
+        "d": prompt(tiny, "check the mounts"),
+    }
+    batch = make_batch(tiny)
+    for key in ("a", "b", "e"):
+        batch.add(key, prompts[key], None, _row_generator(key))
+    short = {id(row.tokens) for row in batch._waiting[:2]}
+    batch.stop = lambda tokens, trie: id(tokens) in short and len(tokens) >= 3
+    got = {}
+    for _ in range(4):
+        got.update(batch.advance())
+    assert set(got) == {"a", "b"} and len(batch) == 1
+    store = batch._cache.layers[0]._key_store
+    for key in ("c", "d"):
+        batch.add(key, prompts[key], None, _row_generator(key))
+    got.update(batch.advance())
+    assert batch._cache.layers[0]._key_store.data_ptr() == store.data_ptr()  # in place
+    while len(batch):
+        got.update(batch.advance())
+    for key, ids in prompts.items():
+        expected = alone(tiny, ids, key)
+        length = len(got[key].token_ids)  # "a" and "b" stopped early: their first tokens
+        assert length == (3 if key in "ab" else MAX_NEW), key
+        assert got[key].token_ids == expected.token_ids[:length], key
+        assert got[key].logprobs == pytest.approx(expected.logprobs[:length], abs=1e-4), key
