@@ -19,9 +19,15 @@ import pytest
 import torch
 
 import tests.rollout_envs  # noqa: F401  (registers Corridor-v0 in this process)
+from creditgym.agents import logprobs as logprobs_module
 from creditgym.agents.kv_cache import SharedPrefixLayer, shared_prefix_cache
 from creditgym.agents.llm import LLMAgent
-from creditgym.agents.logprobs import MIN_SHARED_PREFIX, action_logprobs, shared_prefix_length
+from creditgym.agents.logprobs import (
+    MIN_SHARED_PREFIX,
+    action_logprobs,
+    length_groups,
+    shared_prefix_length,
+)
 from creditgym.agents.models import build_tiny
 from creditgym.agents.rollout import collect
 from creditgym.agents.trajectory import TokenBatch
@@ -74,6 +80,36 @@ def test_shared_prefix_gives_the_unshared_logprobs_and_gradient(rollouts, finetu
     scale = plain_gradient.norm()
     assert scale > 0
     assert (shared_gradient - plain_gradient).norm() <= GRADIENT_RTOL * scale
+
+
+@pytest.mark.parametrize("finetune,recompute", [("full", False), ("lora", True)])
+def test_rows_in_length_groups_give_the_one_padded_pass_logprobs_and_gradient(
+    rollouts, finetune, recompute, monkeypatch
+):
+    # Same tolerance as above: each group's sums run in another order (other batch shapes).
+    trajectories, batch = rollouts
+    model = prepare_policy(build_tiny(), finetune, LoraSettings()).model
+    monkeypatch.setattr(logprobs_module, "PADDING_SLACK", 1.0)  # one group per chunk
+    padded = logprobs_and_gradient(model, batch, trajectories, share=True, recompute=recompute)
+    monkeypatch.setattr(logprobs_module, "PADDING_SLACK", 0.0)  # equal lengths only
+    grouped = logprobs_and_gradient(model, batch, trajectories, share=True, recompute=recompute)
+    mask = batch.action_mask.bool()
+    torch.testing.assert_close(grouped[0][mask], padded[0][mask], atol=LOGPROB_ATOL, rtol=0)
+    assert torch.all(grouped[0][~mask] == 0)
+    assert (grouped[1] - padded[1]).norm() <= GRADIENT_RTOL * padded[1].norm()
+
+
+def test_length_groups_bound_the_padding_they_waste():
+    rows, lengths = [10, 11, 12, 13, 14], [130, 100, 128, 140, 99]
+    assert length_groups(rows, lengths, 0.05) == [[13, 10], [12], [11, 14]]
+    assert length_groups(rows, lengths, 1.0) == [[13, 10, 12, 11, 14]]
+    assert length_groups(rows, lengths, 0.0) == [[13], [10], [12], [11], [14]]
+    assert length_groups([1, 2, 3], [5, 5, 5], 0.0) == [[1, 2, 3]]
+    assert length_groups([], [], 0.05) == []
+    for slack in (0.0, 0.05, 0.2):
+        for group in length_groups(rows, lengths, slack):
+            sizes = [lengths[rows.index(row)] for row in group]
+            assert len(sizes) * max(sizes) - sum(sizes) <= slack * len(sizes) * max(sizes)
 
 
 def test_shared_prefix_runs_fewer_tokens(rollouts):

@@ -168,7 +168,8 @@ class PolicyGradientConfig:
     micro-batch). True / False: always / never, over `micro_batch_tokens` micro-batches."""
     shared_prefix: bool | None = None
     """Run the prompt prefix a micro-batch's steps share (the system and task text) once,
-    with gradient, and let every step attend to it (`agents.logprobs.action_logprobs`):
+    with gradient, and let every step attend to it, the steps after it in groups of like
+    length instead of all padded to the longest (`agents.logprobs.action_logprobs`):
     the same log-probs and gradients up to float rounding, for fewer tokens; rollouts
     likewise prefill the prefix their steps share once (`agents.batching`). None (auto):
     on for LoRA, where a pretrained model's update is the iteration's cost; off for full
