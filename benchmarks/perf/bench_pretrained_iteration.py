@@ -14,8 +14,9 @@ machine load:
   keeps);
 - new: bfloat16 products where this CPU has them natively (`agents.precision`, AMX or
   AVX-512 BF16; float32 elsewhere), the prompt prefix steps share run once: per
-  micro-batch in the update (`PolicyGradientConfig.shared_prefix`, `agents.logprobs`),
-  per prefix in the rollout's prefill (`agents.batching`), and the update's large
+  micro-batch in the update (`PolicyGradientConfig.shared_prefix`, `agents.logprobs`;
+  the steps after it in groups of like length, not all padded to the longest), per
+  prefix in the rollout's prefill (`agents.batching`), and the update's large
   tensors mapped (`trainers.host_memory`), the gated MLP fused (`agents.precision`), and
   "auto" activation checkpointing: micro-batches cut to keep at most 1 GiB of
   activations, so a KeyDoor trajectory keeps its activations instead of recomputing them
