@@ -44,10 +44,10 @@ CSV_RELATIVE_TOLERANCE = 1e-9
 COMMAND_TIMEOUT_S = 1800
 
 
-def rebuild(module: str, runs: str, out: Path) -> None:
-    """Run `python -m <module> --runs <runs> --out <out>` from the repository root."""
+def rebuild(module: str, runs: str, out: Path, *options: str) -> None:
+    """Run `python -m <module> --runs <runs> --out <out> [options]` from the repository root."""
     environment = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
-    command = [sys.executable, "-m", module, "--runs", runs, "--out", str(out)]
+    command = [sys.executable, "-m", module, "--runs", runs, "--out", str(out), *options]
     done = subprocess.run(
         command,
         cwd=REPO,
@@ -201,6 +201,15 @@ def test_fair_study_rebuilds_with_the_committed_numbers(tmp_path: Path) -> None:
     fair = RESULTS / "study_fair"
     assert_same_markdown_numbers(fair / "study.md", tmp_path / "study.md")
     assert_same_csv(fair / "runs.csv", tmp_path / "runs.csv", key=("run",))
+
+
+@pytest.mark.slow  # the pretrained slice's finished run folders (the sweep adds more)
+def test_pretrained_slice_rebuilds_with_the_committed_numbers(tmp_path: Path) -> None:
+    config = "benchmarks/configs/study_pretrained.toml"
+    rebuild("benchmarks.study", "results/study_pretrained/runs", tmp_path, "--config", config)
+    slice_ = RESULTS / "study_pretrained"
+    assert_same_markdown_numbers(slice_ / "study.md", tmp_path / "study.md")
+    assert_same_csv(slice_ / "runs.csv", tmp_path / "runs.csv", key=("run",))
 
 
 @pytest.mark.slow  # the leaderboard over 242 run folders with its plots: about four minutes
