@@ -41,8 +41,8 @@ class GrowingLayer(DynamicLayer):
     [row_capacity, kv_heads, capacity, head_dim]: spare room along the sequence axis (so
     a decoded token writes only its own keys and values) and along the batch axis (rows
     that left keep their room, so rows joining later are written in place). A store is
-    copied only when it is outgrown; a row that leaves moves only the rows after it, and
-    only their filled columns.
+    copied only when it is outgrown; when rows leave, only the rows whose position changes
+    move (`fill_holes` keeps that to the rows behind them), and only their filled columns.
     """
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
@@ -103,8 +103,8 @@ class GrowingLayer(DynamicLayer):
             self.lazy_initialization(keys, values)
         length = keys.shape[-2]
         total = self._rows + (keys.shape[0] if rows is None else len(rows))
-        store = self._key_store
-        if store is not None and length <= self._length and total <= store.shape[0]:
+        room = self._key_store.shape[0] if self._key_store is not None else 0
+        if length <= self._length and total <= room:
             for store, states in ((self._key_store, keys), (self._value_store, values)):
                 _place_right_aligned(store[self._rows : total], states, self._length, rows)
         else:

@@ -195,7 +195,7 @@ def teacher_forced_logits(
     attention_mask: torch.Tensor,
     position_ids: torch.Tensor,
     logits_to_keep: int,
-    prefix: tuple[int, DynamicCache] | None = None,
+    prefix: DynamicCache | None = None,
 ) -> torch.Tensor:
     """Logits of the last `logits_to_keep` columns of left-padded rows that may all
     continue one shared prefix.
@@ -209,7 +209,7 @@ def teacher_forced_logits(
         input_ids, attention_mask, position_ids: [R, W] (cpu), the rows after the prefix;
             positions count from the prefix's length.
         logits_to_keep: columns at the right end that produce logits.
-        prefix: (its length P, `prefix_cache(model, prefix_ids)`), or None.
+        prefix: `prefix_cache(model, prefix_ids)`, or None.
     Returns:
         [R, logits_to_keep, V] logits, differentiable.
     """
@@ -219,9 +219,9 @@ def teacher_forced_logits(
     inputs = {"input_ids": input_ids, "position_ids": position_ids, "use_cache": False}
     if prefix is None:
         return model(attention_mask=attention_mask, logits_to_keep=logits_to_keep, **inputs).logits
-    length, cache = prefix
+    length = prefix.get_seq_length()
     full_mask = torch.cat([attention_mask.new_ones((len(input_ids), length)), attention_mask], -1)
-    output = model(attention_mask=full_mask, cache=cache, logits_to_keep=logits_to_keep, **inputs)
+    output = model(attention_mask=full_mask, cache=prefix, logits_to_keep=logits_to_keep, **inputs)
     return output.logits
 
 
@@ -285,11 +285,7 @@ def action_logprobs(
         # (the arithmetic of the runs made before either).
         slack = PADDING_SLACK if share_prefix else 1.0
         with checkpoint_with_cache(model) if prefix else nullcontext():
-            cache = (
-                (prefix, prefix_cache(model, batch.input_ids[chunk[0], :prefix]))
-                if prefix
-                else None
-            )
+            cache = prefix_cache(model, batch.input_ids[chunk[0], :prefix]) if prefix else None
             # Rows of like length go together: left padding to a chunk's longest row
             # wasted about a quarter of a KeyDoor update's tokens.
             for rows in length_groups(chunk, suffixes, slack):
