@@ -39,7 +39,13 @@ from torch import nn
 
 from creditgym.agents.constrained import TokenTrie
 from creditgym.agents.generation_cache import GenerationCache, common_prefix_length
-from creditgym.agents.kv_cache import fill_holes, growing_cache, join_rows, trim_left
+from creditgym.agents.kv_cache import (
+    cache_keyword,
+    fill_holes,
+    growing_cache,
+    join_rows,
+    trim_left,
+)
 from creditgym.agents.logprobs import sampling_logprobs
 
 # Shorter common prefixes are prefilled with each prompt: a separate batch-1 forward
@@ -199,8 +205,8 @@ class ContinuousBatch:
             input_ids=tokens,
             attention_mask=self._mask,
             position_ids=self._next_position,
-            past_key_values=self._cache,
             use_cache=True,
+            **{cache_keyword(self.model): self._cache},
         )
         self._next_position = self._next_position + 1
         self._logits = output.logits[:, -1]
@@ -257,9 +263,9 @@ class ContinuousBatch:
         cache = growing_cache()
         self.model(
             input_ids=torch.tensor([ids], dtype=torch.long, device=self.device),
-            past_key_values=cache,
             use_cache=True,
             logits_to_keep=1,
+            **{cache_keyword(self.model): cache},
         )
         self._prefix = (ids, [(layer.keys.clone(), layer.values.clone()) for layer in cache.layers])
         return self._prefix
@@ -292,9 +298,9 @@ class ContinuousBatch:
             input_ids=input_ids,
             attention_mask=mask,
             position_ids=(mask.cumsum(-1) - 1).clamp(min=0)[:, shared:],
-            past_key_values=cache,
             use_cache=True,
             logits_to_keep=1,
+            **{cache_keyword(self.model): cache},
         )
         logits = output.logits[:, -1]
         if self.generation_cache is not None:

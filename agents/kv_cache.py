@@ -17,10 +17,18 @@ a quarter of a smollm2-135m KeyDoor rollout.
 Teacher-forced re-scoring (`agents.logprobs`) runs a prefix that many rows share once
 and lets every row attend to its keys and values: `shared_prefix_cache`, whose layers
 store nothing, so activation checkpointing may replay them (`checkpoint_with_cache`).
+
+Every forward that takes a cache names it with `cache_keyword(model)`: transformers
+renamed the argument from `past_key_values` to `cache` within the range creditgym
+supports (5.10 knows only the old name and silently drops `cache` into its unused
+keyword arguments, so the forward ran as if no prefix were there; 5.24 warns on the old
+name, which goes in 5.40).
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
@@ -30,8 +38,32 @@ from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 from transformers.modeling_layers import GradientCheckpointingLayer
 
+from creditgym.agents.masked_logits import causal_lm
+
 # Spare positions reserved beyond the prompt at the first update (a typical response).
 INITIAL_SPARE = 256
+# transformers' names of a forward's KV-cache argument, the current one first.
+CACHE_KEYWORDS = ("cache", "past_key_values")
+
+
+@functools.cache
+def _cache_keyword_of(forward_owner: type) -> str:
+    parameters = inspect.signature(forward_owner.forward).parameters
+    for keyword in CACHE_KEYWORDS:
+        if keyword in parameters:
+            return keyword
+    raise TypeError(f"{forward_owner.__name__}.forward takes no KV cache ({CACHE_KEYWORDS})")
+
+
+def cache_keyword(model: nn.Module) -> str:
+    """The keyword `model`'s forward takes its KV cache under ("cache" or
+    "past_key_values", whichever the installed transformers names), looked up on the
+    causal LM inside a peft wrapper (whose own forward takes **kwargs).
+
+    Raises:
+        TypeError: the forward names neither.
+    """
+    return _cache_keyword_of(type(causal_lm(model)))
 
 
 class GrowingLayer(DynamicLayer):
@@ -283,13 +315,33 @@ def checkpoint_with_cache(model: nn.Module) -> Iterator[None]:
     transformers drops the cache under checkpointing because a writing cache would be
     written twice when backward replays the layer; a `shared_prefix_cache` writes nothing
     the replay depends on, so it is safe to keep -- and only such caches may be passed
-    inside this block.
+    inside this block. transformers that know such caches (a layer's
+    `_can_checkpoint_with_cache`) are told so; older ones drop the cache before the
+    checkpoint function sees it, so there the block checkpoints those layers itself
+    (`_checkpointed_forward`).
     """
     layers = [m for m in model.modules() if isinstance(m, GradientCheckpointingLayer)]
+    knows_readers = hasattr(GradientCheckpointingLayer, "_can_checkpoint_with_cache")
+    replaced = (
+        [] if knows_readers else [m for m in layers if m.gradient_checkpointing and m.training]
+    )
     try:
-        for layer in layers:
+        for layer in layers if knows_readers else ():
             layer._can_checkpoint_with_cache = True
+        for layer in replaced:
+            layer.gradient_checkpointing = False
+            layer.forward = functools.partial(_checkpointed_forward, layer)
         yield
     finally:
-        for layer in layers:
+        for layer in layers if knows_readers else ():
             layer.__dict__.pop("_can_checkpoint_with_cache", None)
+        for layer in replaced:
+            layer.__dict__.pop("forward", None)
+            layer.gradient_checkpointing = True
+
+
+def _checkpointed_forward(layer: nn.Module, *args, **kwargs):
+    """`layer`'s own forward under its checkpoint function, every keyword argument (the
+    cache among them) kept; backward replays exactly this call."""
+    forward = type(layer).forward.__get__(layer)
+    return layer._gradient_checkpointing_func(functools.partial(forward, **kwargs), *args)

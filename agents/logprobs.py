@@ -35,7 +35,7 @@ from transformers import DynamicCache, PreTrainedTokenizerBase
 
 from creditgym.agents.constrained import build_action_trie
 from creditgym.agents.generation_cache import common_prefix_length
-from creditgym.agents.kv_cache import checkpoint_with_cache, shared_prefix_cache
+from creditgym.agents.kv_cache import cache_keyword, checkpoint_with_cache, shared_prefix_cache
 from creditgym.agents.trajectory import TokenBatch, Trajectory
 
 
@@ -182,7 +182,7 @@ def prefix_cache(model: nn.Module, prefix_ids: torch.Tensor) -> DynamicCache:
     model(
         input_ids=prefix_ids[None].to(device),
         position_ids=torch.arange(len(prefix_ids), device=device)[None],
-        cache=recorded,
+        **{cache_keyword(model): recorded},
         logits_to_keep=1,
         use_cache=False,  # the cache records; nothing is generated after this pass
     )
@@ -221,7 +221,8 @@ def teacher_forced_logits(
         return model(attention_mask=attention_mask, logits_to_keep=logits_to_keep, **inputs).logits
     length = prefix.get_seq_length()
     full_mask = torch.cat([attention_mask.new_ones((len(input_ids), length)), attention_mask], -1)
-    output = model(attention_mask=full_mask, cache=prefix, logits_to_keep=logits_to_keep, **inputs)
+    inputs[cache_keyword(model)] = prefix
+    output = model(attention_mask=full_mask, logits_to_keep=logits_to_keep, **inputs)
     return output.logits
 
 

@@ -52,6 +52,7 @@ from creditgym.agents.generation_cache import (
     common_prefix_length,
     parameter_fingerprint,
 )
+from creditgym.agents.kv_cache import cache_keyword
 from creditgym.agents.masked_logits import masked_logits
 from creditgym.agents.models import LoadedModel
 from creditgym.agents.progress import SHOW_AFTER_S, LiveBar
@@ -421,14 +422,15 @@ def _prefix_cache(loaded: LoadedModel, rows: Sequence[_Prefixed]):
             ids[r, : len(tokens)] = torch.tensor(tokens, dtype=torch.long)
             new_columns[r, : len(tokens)] = row.stored + torch.arange(len(tokens))
         positions = torch.tensor([row.stored for row in rows])[:, None] + torch.arange(extension)
-        cache = model(
+        cache = DynamicCache() if cache is None else cache  # extended in place
+        model(
             input_ids=ids.to(device),
             attention_mask=torch.cat([columns, new_columns], dim=1).ge(0).long().to(device),
             position_ids=positions.to(device),
-            past_key_values=cache,
             use_cache=True,
             logits_to_keep=1,
-        ).past_key_values
+            **{cache_keyword(model): cache},
+        )
         columns = torch.cat([columns, new_columns], dim=1)
     return cache, columns
 
@@ -473,8 +475,8 @@ def _prefixed_log_softmax(
             input_ids=suffix_ids.to(device),
             attention_mask=torch.cat([visible.long(), suffix_mask], dim=1).to(device),
             position_ids=(starts[:, None] + torch.arange(width)).to(device),
-            past_key_values=cache,
             use_cache=True,
+            **{cache_keyword(model): cache},
         )
         cache.crop(-width)  # back to the prefixes for the next view
         log_probs = torch.log_softmax(logits.float(), dim=-1)

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import inspect
+
+import pytest
 import torch
+from peft import LoraConfig, get_peft_model
 from transformers import DynamicCache
 
 from creditgym.agents import kv_cache
@@ -22,8 +26,8 @@ def decode_logits(model, cache, steps: int, drop_at: int) -> list[torch.Tensor]:
             input_ids=input_ids,
             attention_mask=attention_mask,
             position_ids=position_ids,
-            past_key_values=cache,
             use_cache=True,
+            **{kv_cache.cache_keyword(model): cache},
         )
         logits = [out.logits[:, -1]]
         for step in range(steps):
@@ -41,8 +45,8 @@ def decode_logits(model, cache, steps: int, drop_at: int) -> list[torch.Tensor]:
                 input_ids=token,
                 attention_mask=attention_mask,
                 position_ids=next_position,
-                past_key_values=cache,
                 use_cache=True,
+                **{kv_cache.cache_keyword(model): cache},
             )
             next_position = next_position + 1
             logits.append(out.logits[:, -1])
@@ -136,3 +140,31 @@ def test_joining_an_empty_cache_takes_the_picked_rows():
     kv_cache.join_rows(cache, prefilled, rows=[1, 0, 1])
     torch.testing.assert_close(cache.layers[0].keys, keys[[1, 0, 1]], rtol=0, atol=0)
     torch.testing.assert_close(cache.layers[0].values, values[[1, 0, 1]], rtol=0, atol=0)
+
+
+def test_cache_keyword_is_the_one_the_installed_forward_takes_through_peft_too():
+    # transformers renamed `past_key_values` to `cache`; the old name warns on 5.24, and
+    # 5.10 (the verl environment) drops `cache` unused, so a wrong pick runs no prefix.
+    model = build_tiny(seed=0).model
+    keyword = kv_cache.cache_keyword(model)
+    assert keyword in inspect.signature(type(model).forward).parameters
+    wrapped = get_peft_model(build_tiny(seed=0).model, LoraConfig(r=4, target_modules=["q_proj"]))
+    assert kv_cache.cache_keyword(wrapped) == keyword  # PeftModel's own forward takes **kwargs
+    input_ids = torch.randint(3, 200, (1, 9))
+    with torch.no_grad():
+        whole = model(input_ids=input_ids).logits[:, 5:]
+        cache = DynamicCache()
+        model(input_ids=input_ids[:, :5], use_cache=True, **{keyword: cache})
+        rest = model(
+            input_ids=input_ids[:, 5:],
+            position_ids=torch.arange(5, 9)[None],
+            use_cache=True,
+            **{keyword: cache},
+        ).logits
+    assert cache.get_seq_length() == 9  # the forward wrote into the cache it was given
+    torch.testing.assert_close(rest, whole, atol=1e-5, rtol=0)
+
+
+def test_a_forward_without_a_cache_argument_is_refused():
+    with pytest.raises(TypeError, match="takes no KV cache"):
+        kv_cache.cache_keyword(torch.nn.Linear(2, 2))

@@ -8,6 +8,7 @@ import torch
 from peft import LoraConfig, get_peft_model
 from transformers import DynamicCache
 
+from creditgym.agents.kv_cache import cache_keyword
 from creditgym.agents.masked_logits import masked_logits
 from creditgym.agents.models import build_tiny
 
@@ -74,15 +75,15 @@ def test_a_suffix_after_a_cached_prefix_matches_the_whole_sequence():
     with torch.no_grad():
         full = model(input_ids=input_ids).logits[:, 7:][keep]
         cache = DynamicCache()
-        model(input_ids=prefix, past_key_values=cache, use_cache=True)
+        model(input_ids=prefix, use_cache=True, **{cache_keyword(model): cache})
         kept = masked_logits(
             model,
             keep,
             input_ids=suffix,
             attention_mask=torch.ones_like(input_ids),
             position_ids=torch.arange(7, 12)[None],
-            past_key_values=cache,
             use_cache=True,
+            **{cache_keyword(model): cache},
         )
     torch.testing.assert_close(kept, full, atol=ATOL, rtol=0)
     assert cache.get_seq_length() == 12  # the cache was extended as a forward extends it

@@ -26,7 +26,7 @@ import tyro
 from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile
 
-from creditgym.agents.kv_cache import growing_cache
+from creditgym.agents.kv_cache import cache_keyword, growing_cache
 from creditgym.agents.models import ModelUnavailableError, load_model
 from creditgym.benchmarks.perf.timing import Stopwatch, machine_state
 
@@ -69,9 +69,9 @@ def decode_costs(model, batch: int, context: int, steps: int) -> tuple[float, fl
             input_ids=input_ids,
             attention_mask=mask,
             position_ids=positions,
-            past_key_values=cache,
             use_cache=True,
             logits_to_keep=1,
+            **{cache_keyword(model): cache},
         )
         wait()
     prefill = prefill_watch.wall_s / batch
@@ -85,8 +85,8 @@ def decode_costs(model, batch: int, context: int, steps: int) -> tuple[float, fl
                 input_ids=token,
                 attention_mask=state["mask"],
                 position_ids=state["next"],
-                past_key_values=cache,
                 use_cache=True,
+                **{cache_keyword(model): cache},
             )
             state["next"] = state["next"] + 1
 
