@@ -47,6 +47,7 @@ import torch
 from transformers import DynamicCache, PreTrainedModel
 
 from creditgym.agents.generation_cache import (
+    BLOCK_TOKENS,
     CachedPrompt,
     GenerationCache,
     common_prefix_length,
@@ -330,6 +331,47 @@ def score_logprobs(
                 results[i] = _gather(log_probs, views[i].action_ids)
             bar.update(len(chunk))
     return results
+
+
+def shared_context_cache(
+    loaded: LoadedModel, views: Sequence[TeacherForced]
+) -> GenerationCache | None:
+    """A generation cache holding the context prefix all `views` share, run once.
+
+    Handed to `score_logprobs`, every view loads that prefix's keys and values and runs
+    only its own tokens after it (`_prefixed_log_softmax`), the same arithmetic as the
+    generation cache's hindsight views. For views that differ only near their ends (an
+    exact policy table: one view per state and command, every prompt opening with the
+    same intro and task) that is most of the work: KeyDoor at delay 4, prompts of 169-213
+    tokens sharing their first 83, a 60-view table in 16.2 s instead of 30.5 s with
+    bfloat16 products (55.5 -> 32.8 s in float32, log-probs within 2.4e-5; probe on the
+    2-core machine beside two sweeps). None when fewer than two views have actions or
+    they share less than one cache block (`agents.generation_cache.BLOCK_TOKENS`).
+    """
+    contexts = [view.context_ids for view in fit_to_model(loaded, views) if view.action_ids]
+    if len(contexts) < 2:
+        return None
+    # Each view keeps >= 1 context token of its own (the position predicting its first
+    # action token), as `_lookup` asks.
+    length = min(len(context) for context in contexts) - 1
+    for context in contexts[1:]:
+        length = min(length, common_prefix_length(contexts[0], context))
+    if length < BLOCK_TOKENS:
+        return None
+    model = loaded.model
+    device = model.get_output_embeddings().weight.device
+    prefix = contexts[0][:length]
+    kv = DynamicCache()
+    with _EvalMode(model):
+        model(
+            input_ids=torch.tensor([prefix], dtype=torch.long, device=device),
+            use_cache=True,
+            logits_to_keep=1,
+            **{cache_keyword(model): kv},
+        )
+    cache = GenerationCache(model)
+    cache.put_prompt(prefix, [(layer.keys[0], layer.values[0]) for layer in kv.layers])
+    return cache
 
 
 def _gather(log_probs: torch.Tensor, action_ids: Sequence[int]) -> np.ndarray:

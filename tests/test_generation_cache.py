@@ -15,8 +15,8 @@ from creditgym.agents.models import build_tiny
 from creditgym.agents.rollout import collect
 from creditgym.credit.hcapo import outcome_hindsight
 from creditgym.credit.hp_rlvr import HPRLVR, future_hindsight
-from creditgym.credit.scoring import score_divergence, score_logprobs
-from creditgym.credit.views import causal_view, hindsight_view
+from creditgym.credit.scoring import score_divergence, score_logprobs, shared_context_cache
+from creditgym.credit.views import TeacherForced, causal_view, hindsight_view
 from creditgym.trainers.policy_gradient import (
     AgentConfig,
     PolicyGradientConfig,
@@ -213,3 +213,30 @@ def test_trainer_hands_the_credit_modules_cache_to_its_rollouts(tmp_path):
     assert records[0]["cache/response_hits"] == stats["response_hits"] > 0
     assert records[0]["cache/refused"] == 0
     assert np.isfinite(records[0]["credit/mean_jsd"])
+
+
+def test_a_shared_context_run_once_scores_as_the_whole_views(tiny):
+    # An exact policy table's views: one opening, then each state's own tail and command.
+    rng = np.random.default_rng(0)
+    opening = tuple(int(t) for t in rng.integers(3, 200, 40))
+    views = [
+        TeacherForced(
+            opening + tuple(int(t) for t in rng.integers(3, 200, tail)),
+            tuple(int(t) for t in rng.integers(3, 200, 4)),
+        )
+        for tail in (1, 5, 17, 30)
+    ]
+    cache = shared_context_cache(tiny, views)
+    assert cache is not None and cache.stats["prompts_stored"] == 1
+    with_prefix = score_logprobs(tiny, views, generation_cache=cache)
+    assert cache.stats["prompt_hits"] == len(views)  # every view ran from the opening
+    # the opening: the shortest view (one token of its own) keeps that token to run
+    assert cache.stats["reused_tokens"] == 40 * len(views)
+    for shared, whole in zip(with_prefix, score_logprobs(tiny, views), strict=True):
+        np.testing.assert_allclose(shared, whole, atol=1e-5, rtol=0)
+
+
+def test_no_shared_context_cache_below_one_block_or_for_one_view(tiny):
+    short = [TeacherForced((5,) * (BLOCK_TOKENS - 1) + (t,), (7, 8)) for t in (9, 10)]
+    assert shared_context_cache(tiny, short) is None
+    assert shared_context_cache(tiny, [TeacherForced((5,) * 40, (7,))]) is None
