@@ -340,13 +340,10 @@ def shared_context_cache(
 
     Handed to `score_logprobs`, every view loads that prefix's keys and values and runs
     only its own tokens after it (`_prefixed_log_softmax`), the same arithmetic as the
-    generation cache's hindsight views. For views that differ only near their ends (an
-    exact policy table: one view per state and command, every prompt opening with the
-    same intro and task) that is most of the work: KeyDoor at delay 4, prompts of 169-213
-    tokens sharing their first 83, a 60-view table in 16.2 s instead of 30.5 s with
-    bfloat16 products (55.5 -> 32.8 s in float32, log-probs within 2.4e-5; probe on the
-    2-core machine beside two sweeps). None when fewer than two views have actions or
-    they share less than one cache block (`agents.generation_cache.BLOCK_TOKENS`).
+    generation cache's hindsight views. For views that differ only near their ends that
+    is much of the work (KeyDoor's exact tables at delay 4: prompts of 169-213 tokens
+    open with the same 83; `score_alternatives`). None when fewer than two views have
+    actions or they share less than one cache block (`agents.generation_cache.BLOCK_TOKENS`).
     """
     contexts = [view.context_ids for view in fit_to_model(loaded, views) if view.action_ids]
     if len(contexts) < 2:
@@ -697,3 +694,90 @@ def score_divergence(
                 results[i] = _paired_scores(log_p, log_q, causal[i].action_ids)
             bar.update(len(chunk))
     return results
+
+
+def score_alternatives(
+    loaded: LoadedModel,
+    prompts: Sequence[tuple[Sequence[int], Sequence[Sequence[int]]]],
+    memory_budget_bytes: int = DEFAULT_MEMORY_BUDGET_BYTES,
+    memo: ScoreMemo | None = None,
+) -> list[list[np.ndarray]]:
+    """Per-token log-probs of several action sequences under each of many prompts.
+
+    An exact policy table scores every command of every state (`measure.ground_truth`):
+    alternatives under one prompt, prompts that open alike. So the prompts' common
+    opening runs once (`shared_context_cache`), each prompt's own tokens after it run
+    once for all its alternatives (`_prefixed_log_softmax`, one batched forward over
+    many prompts), and each alternative runs only its own tokens (the prompt's last
+    token, which predicts its first, and the sequence). The same log-probs as
+    `score_logprobs` of the whole views, to float rounding. One smollm2-135m KeyDoor
+    table at delay 4 (29 prompts of 169-213 tokens opening with the same 83, 60
+    commands), 1 thread beside two sweeps: 62.0 -> 19.6 s in float32 (3.2x; log-probs
+    within 2.2e-5), 31.6 -> 10.4 s with bfloat16 products (3.0x; each path's log-probs
+    within 0.17 of float32's at tokens of probability ~0.004, the commands' probabilities
+    within 5e-5); the opening alone shared gave 2.0x (probes).
+
+    Args:
+        prompts: (prompt ids [P], action sequences [A_k]) per prompt; P >= 2.
+        memo: scores kept for these weights (`ScoreMemo`); views it holds are not rerun.
+    Returns:
+        per prompt, per sequence, float32 array [A_k] of log pi(y_j | prompt, y_<j).
+    """
+    views = [
+        tuple(TeacherForced(tuple(prompt), tuple(sequence)) for sequence in sequences)
+        for prompt, sequences in prompts
+    ]
+    if any(
+        len(group[0].context_ids) < 2 or not all(v.action_ids for v in group) for group in views
+    ):
+        raise ValueError("every prompt needs >= 2 tokens and every sequence >= 1")
+    if memo is not None:
+        memo.check(loaded)
+    kept = memo.logprobs if memo is not None else {}
+    todo = [i for i, group in enumerate(views) if any(view not in kept for view in group)]
+    opening = shared_context_cache(loaded, [view for i in todo for view in views[i]])
+    fresh: dict[TeacherForced, np.ndarray] = {}
+    by_size: dict[int, list[int]] = {}
+    for i in todo:
+        by_size.setdefault(len(views[i]), []).append(i)
+    model = loaded.model
+    with _EvalMode(model), _scoring_bar(sum(len(views[i]) for i in todo)) as bar:
+        for members in by_size.values():
+            held = {i: len(views[i][0].context_ids) - 1 for i in members}
+            stored = {
+                i: opening.lookup_prompt(views[i][0].context_ids, limit=held[i])
+                if opening is not None
+                else (0, None)
+                for i in members
+            }
+            costs = {
+                i: sum(_row_cost_bytes(model, v.length, len(v.action_ids)) for v in views[i])
+                + _cache_cost_bytes(model, views[i][0].length)
+                for i in members
+            }
+            segments = {
+                i: (
+                    stored[i][0],
+                    held[i] - stored[i][0],
+                    *(len(v.action_ids) + 1 for v in views[i]),
+                )
+                for i in members
+            }
+            order = sorted(range(len(members)), key=lambda k: segments[members[k]])
+            for chunk in _chunks(
+                [costs[i] for i in members],
+                [segments[i] for i in members],
+                order,
+                memory_budget_bytes,
+            ):
+                rows = [members[k] for k in chunk]
+                prefixed = [_Prefixed(views[i], held[i], *stored[i]) for i in rows]
+                for i, distributions in zip(
+                    rows, _prefixed_log_softmax(loaded, prefixed), strict=True
+                ):
+                    for view, log_probs in zip(views[i], distributions, strict=True):
+                        fresh[view] = _gather(log_probs, view.action_ids)
+                bar.update(sum(len(views[i]) for i in rows))
+    if memo is not None:
+        memo.logprobs.update(fresh)
+    return [[fresh[view] if view in fresh else kept[view] for view in group] for group in views]

@@ -15,7 +15,13 @@ from creditgym.agents.models import build_tiny
 from creditgym.agents.rollout import collect
 from creditgym.credit.hcapo import outcome_hindsight
 from creditgym.credit.hp_rlvr import HPRLVR, future_hindsight
-from creditgym.credit.scoring import score_divergence, score_logprobs, shared_context_cache
+from creditgym.credit.scoring import (
+    ScoreMemo,
+    score_alternatives,
+    score_divergence,
+    score_logprobs,
+    shared_context_cache,
+)
 from creditgym.credit.views import TeacherForced, causal_view, hindsight_view
 from creditgym.trainers.policy_gradient import (
     AgentConfig,
@@ -240,3 +246,33 @@ def test_no_shared_context_cache_below_one_block_or_for_one_view(tiny):
     short = [TeacherForced((5,) * (BLOCK_TOKENS - 1) + (t,), (7, 8)) for t in (9, 10)]
     assert shared_context_cache(tiny, short) is None
     assert shared_context_cache(tiny, [TeacherForced((5,) * 40, (7,))]) is None
+
+
+def test_alternatives_under_shared_prompts_score_as_the_whole_views(tiny):
+    # An exact table: each prompt (one opening, its own tail) with 1-3 commands.
+    rng = np.random.default_rng(1)
+    opening = tuple(int(t) for t in rng.integers(3, 200, 30))
+    prompts = [
+        (
+            opening + tuple(int(t) for t in rng.integers(3, 200, tail)),
+            [tuple(int(t) for t in rng.integers(3, 200, n)) for n in sizes],
+        )
+        for tail, sizes in ((1, (3, 5)), (9, (2, 2)), (20, (4,)), (4, (1, 6, 3)), (12, (5, 1)))
+    ]
+    memo = ScoreMemo()
+    scores = score_alternatives(tiny, prompts, memo=memo)
+    for (prompt, sequences), per_sequence in zip(prompts, scores, strict=True):
+        whole = score_logprobs(tiny, [TeacherForced(prompt, s) for s in sequences])
+        for got, want in zip(per_sequence, whole, strict=True):
+            np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)
+    assert len(memo.logprobs) == 10
+    memo.logprobs = {view: scores + 1.0 for view, scores in memo.logprobs.items()}
+    again = score_alternatives(tiny, prompts, memo=memo)  # all kept: read, not rerun
+    np.testing.assert_array_equal(again[0][0], scores[0][0] + 1.0)
+
+
+def test_alternatives_need_a_prompt_and_nonempty_sequences(tiny):
+    with pytest.raises(ValueError, match="every prompt needs"):
+        score_alternatives(tiny, [((5, 6, 7), [(8,), ()])])
+    with pytest.raises(ValueError, match="every prompt needs"):
+        score_alternatives(tiny, [((5,), [(8,)])])
