@@ -38,7 +38,7 @@ import torch
 from torch import nn
 
 from creditgym.agents.constrained import TokenTrie
-from creditgym.agents.generation_cache import GenerationCache, common_prefix_length
+from creditgym.agents.generation_cache import GenerationCache, shared_opening_length
 from creditgym.agents.kv_cache import (
     cache_keyword,
     fill_holes,
@@ -254,9 +254,7 @@ class ContinuousBatch:
                 return self._prefix
         if len(prompts) < 2:
             return None
-        length = min(len(p) for p in prompts) - 1
-        for other in prompts[1:]:
-            length = min(length, common_prefix_length(prompts[0], other))
+        length = shared_opening_length(prompts)
         if length < MIN_SHARED_PREFIX:
             return None
         ids = prompts[0][:length]

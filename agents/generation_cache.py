@@ -84,6 +84,15 @@ def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
     return int(differ[0]) if differ.size else n
 
 
+def shared_opening_length(sequences: Sequence[Sequence[int]]) -> int:
+    """Leading tokens every one of `sequences` (>= 1) starts with, leaving each at least
+    one token of its own (the position whose output a forward after the opening needs)."""
+    length = min(len(sequence) for sequence in sequences) - 1
+    for other in sequences[1:]:
+        length = min(length, common_prefix_length(sequences[0], other))
+    return max(length, 0)
+
+
 def _meminfo_bytes() -> tuple[int, int] | None:
     """(MemAvailable, MemTotal) of the host in bytes, or None where /proc/meminfo is not
     readable (not Linux)."""

@@ -52,6 +52,7 @@ from creditgym.agents.generation_cache import (
     GenerationCache,
     common_prefix_length,
     parameter_fingerprint,
+    shared_opening_length,
 )
 from creditgym.agents.kv_cache import cache_keyword
 from creditgym.agents.masked_logits import masked_logits
@@ -350,9 +351,7 @@ def shared_context_cache(
         return None
     # Each view keeps >= 1 context token of its own (the position predicting its first
     # action token), as `_lookup` asks.
-    length = min(len(context) for context in contexts) - 1
-    for context in contexts[1:]:
-        length = min(length, common_prefix_length(contexts[0], context))
+    length = shared_opening_length(contexts)
     if length < BLOCK_TOKENS:
         return None
     model = loaded.model

@@ -276,3 +276,10 @@ def test_alternatives_need_a_prompt_and_nonempty_sequences(tiny):
         score_alternatives(tiny, [((5, 6, 7), [(8,), ()])])
     with pytest.raises(ValueError, match="every prompt needs"):
         score_alternatives(tiny, [((5,), [(8,)])])
+
+
+def test_shared_opening_leaves_every_sequence_a_token_of_its_own():
+    assert generation_cache.shared_opening_length([(1, 2, 3, 4), (1, 2, 3, 5, 6)]) == 3
+    assert generation_cache.shared_opening_length([(1, 2, 3), (1, 2, 3, 4)]) == 2  # not 3
+    assert generation_cache.shared_opening_length([(1, 2), (3, 2)]) == 0
+    assert generation_cache.shared_opening_length([(7,)]) == 0
