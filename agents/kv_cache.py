@@ -321,19 +321,19 @@ def checkpoint_with_cache(model: nn.Module) -> Iterator[None]:
     (`_checkpointed_forward`).
     """
     layers = [m for m in model.modules() if isinstance(m, GradientCheckpointingLayer)]
-    knows_readers = hasattr(GradientCheckpointingLayer, "_can_checkpoint_with_cache")
-    replaced = (
-        [] if knows_readers else [m for m in layers if m.gradient_checkpointing and m.training]
-    )
+    if hasattr(GradientCheckpointingLayer, "_can_checkpoint_with_cache"):
+        told, replaced = layers, []
+    else:
+        told, replaced = [], [m for m in layers if m.gradient_checkpointing and m.training]
     try:
-        for layer in layers if knows_readers else ():
+        for layer in told:
             layer._can_checkpoint_with_cache = True
         for layer in replaced:
             layer.gradient_checkpointing = False
             layer.forward = functools.partial(_checkpointed_forward, layer)
         yield
     finally:
-        for layer in layers if knows_readers else ():
+        for layer in told:
             layer.__dict__.pop("_can_checkpoint_with_cache", None)
         for layer in replaced:
             layer.__dict__.pop("forward", None)

@@ -34,7 +34,7 @@ from torch import nn
 from transformers import DynamicCache, PreTrainedTokenizerBase
 
 from creditgym.agents.constrained import build_action_trie
-from creditgym.agents.generation_cache import common_prefix_length
+from creditgym.agents.generation_cache import shared_opening_length
 from creditgym.agents.kv_cache import cache_keyword, checkpoint_with_cache, shared_prefix_cache
 from creditgym.agents.trajectory import TokenBatch, Trajectory
 
@@ -138,12 +138,11 @@ def shared_prefix_length(
     """
     if len(rows) < 2:
         return 0
-    first = batch.input_ids[rows[0]].tolist()
-    length = min(prompt_lengths) - 1
-    for row in rows[1:]:
-        length = min(
-            length, common_prefix_length(first[:length], batch.input_ids[row, :length].tolist())
-        )
+    prompts = [
+        batch.input_ids[row, :length].tolist()
+        for row, length in zip(rows, prompt_lengths, strict=True)
+    ]
+    length = shared_opening_length(prompts)
     return length if length >= MIN_SHARED_PREFIX else 0
 
 
