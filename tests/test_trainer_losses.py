@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -10,14 +11,14 @@ import torch
 
 from creditgym.agents.trajectory import Step, TokenBatch, Trajectory
 from creditgym.credit.base import CreditOutput
-from creditgym.trainers.core import rollout_metrics
+from creditgym.trainers.core import TrainerSettings, rollout_metrics
 from creditgym.trainers.policy_gradient import (
     PolicyGradientConfig,
     clipped_surrogate,
     k3_kl,
     token_weights,
 )
-from creditgym.trainers.sft import select_pairs
+from creditgym.trainers.sft import SFTConfig, select_pairs
 
 
 def _trajectory(group: str, action_lengths: list[int], success: bool = False) -> Trajectory:
@@ -99,6 +100,40 @@ def test_equal_rollouts_batching_gives_single_rollout_methods_more_tasks():
 def test_config_validation_names_the_bad_setting(changes, message):
     with pytest.raises(ValueError, match=message):
         PolicyGradientConfig(**changes).validate()
+
+
+@pytest.mark.parametrize("config", [PolicyGradientConfig, SFTConfig])
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"group_size": 0}, "group_size"),
+        ({"num_envs": 0}, "num_envs"),
+        ({"checkpoint_every": 0}, "checkpoint_every"),
+        ({"learning_rate": 0.0}, "learning_rate"),
+        ({"max_grad_norm": -1.0}, "max_grad_norm"),
+        ({"task_pool": 1, "group_size": 1}, "task_pool"),
+    ],
+)
+def test_both_trainers_check_the_shared_settings(config, changes, message):
+    with pytest.raises(ValueError, match=message):
+        config(**changes).validate()
+
+
+def test_each_shared_trainer_setting_is_declared_once():
+    """A setting both trainers have lives on `TrainerSettings` (its doc and checks once);
+    a trainer may only give it another default. `activation_checkpointing` differs in
+    kind (the policy-gradient trainer's has an automatic mode), so each declares its own."""
+    shared = {f.name for f in dataclasses.fields(TrainerSettings)}
+    own = {
+        cls: {f.name for f in dataclasses.fields(cls)} - shared
+        for cls in (PolicyGradientConfig, SFTConfig)
+    }
+    assert own[PolicyGradientConfig] & own[SFTConfig] == {"activation_checkpointing"}
+    sft_defaults = {"num_envs": 8, "learning_rate": 1e-4, "checkpoint_every": 1}
+    for name in shared:
+        sft, base = getattr(SFTConfig(), name), getattr(TrainerSettings(), name)
+        assert sft == sft_defaults.get(name, base), name
+        assert getattr(PolicyGradientConfig(), name) == base, name
 
 
 def test_rollout_metrics_count_success_length_and_valid_actions():

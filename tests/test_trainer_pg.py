@@ -24,10 +24,9 @@ from creditgym.credit.grpo import GRPO
 from creditgym.credit.hp_rlvr import HPRLVR
 from creditgym.credit.rule_based import RuleBased
 from creditgym.trainers.activation_checkpointing import ActivationCost
-from creditgym.trainers.core import WALL_CLOCK_METRICS
+from creditgym.trainers.core import WALL_CLOCK_METRICS, LoraSettings
 from creditgym.trainers.policy_gradient import (
     POLICY_GRADIENT_METRICS,
-    LoraSettings,
     PolicyGradientConfig,
     PolicyGradientTrainer,
     micro_batches,

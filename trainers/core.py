@@ -21,9 +21,9 @@ import os
 import random
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal, NamedTuple, Protocol
+from typing import Any, Literal, NamedTuple
 
 import numpy as np
 import torch
@@ -105,29 +105,76 @@ class LoraSettings:
     """Names of the linear layers that get an adapter."""
 
 
-class TrainerSettings(Protocol):
-    """The fields of a trainer's config that `TrainerCore` reads (both configs have them)."""
+@dataclass(frozen=True)
+class TrainerSettings:
+    """The settings every trainer shares, declared once here: `TrainerCore` reads them,
+    and each trainer's config (`PolicyGradientConfig`, `SFTConfig`) subclasses this one,
+    adds its own fields, gives its own defaults where they differ, and provides
+    `iterations` (how many the run trains) and `num_tasks` (tasks per iteration)."""
+
+    group_size: int = 8
+    """G: rollouts per task (8 for GRPO / GiGPO / HCAPO, 1 for HP-RLVR; group credit
+    modules need G > 1 to tell good from bad)."""
+    task_pool: int = 0
+    """Draw task seeds from range(task_pool) without replacement each iteration, so tasks
+    repeat across iterations; 0 = a fresh seed for every task."""
+    num_envs: int | None = None
+    """Environments stepped together during rollouts (the largest generation batch).
+    None: every rollout of the iteration at once where the envs run in-process (free to
+    add), else 8 worker processes (`TrainerCore.rollout_envs`)."""
+    env_workers: EnvWorkers = "auto"
+    """What runs each rollout env: a worker process, the trainer's own process (pure
+    in-memory envs), or a Ray actor (on the Ray cluster `ray.init()` joins); the same
+    trajectories either way. auto: in-process for envs registered `in_process` (KeyDoor,
+    Umbrella), else a process (`agents.rollout.resolve_env_workers`)."""
+    learning_rate: float = 1e-5
+    """AdamW learning rate (the papers use 1e-6 for full fine-tuning of 1.5B-7B models)."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    max_grad_norm: float = 1.0
+    """Gradient-norm clip (the norm before clipping is logged)."""
+    finetune: Literal["auto", "lora", "full"] = "auto"
+    """auto = full fine-tuning for models in `FULL_FINETUNE_MODELS` (`tiny`, `small`,
+    `small-warm`), LoRA otherwise."""
+    lora: LoraSettings = field(default_factory=LoraSettings)
+    """LoRA adapter settings (used when fine-tuning with LoRA)."""
+    seed: int = 0
+    """Seeds task selection, sampling, shuffling and every RNG."""
+    checkpoint_every: int = 10
+    """Save a checkpoint every this many iterations (and always at the end)."""
+    keep_checkpoints: int = 2
+    """Newest checkpoints kept on disk (0 keeps all)."""
+    resume: bool = False
+    """Continue from the newest checkpoint in the run folder, if there is one."""
 
     @property
-    def iterations(self) -> int: ...
+    def iterations(self) -> int:
+        """Iterations of the run (the trainer's config names them)."""
+        raise NotImplementedError
+
     @property
-    def num_tasks(self) -> int: ...
+    def num_tasks(self) -> int:
+        """Tasks per iteration (the trainer's config decides them)."""
+        raise NotImplementedError
 
-    group_size: int
-    task_pool: int
-    num_envs: int | None
-    env_workers: EnvWorkers
-    learning_rate: float
-    weight_decay: float
-    max_grad_norm: float
-    finetune: Literal["auto", "lora", "full"]
-    lora: LoraSettings
-    seed: int
-    checkpoint_every: int
-    keep_checkpoints: int
-    resume: bool
-
-    def validate(self) -> None: ...
+    def validate(self) -> None:
+        """Raise ValueError with a readable message on shared settings that cannot work;
+        a trainer's config checks its own fields, then calls this."""
+        positive = {
+            "group_size": self.group_size,
+            "num_envs": 1 if self.num_envs is None else self.num_envs,
+            "checkpoint_every": self.checkpoint_every,
+        }
+        for name, value in positive.items():
+            if value < 1:
+                raise ValueError(f"{name} must be >= 1, got {value}")
+        if self.learning_rate <= 0 or self.max_grad_norm <= 0:
+            raise ValueError("learning_rate and max_grad_norm must be > 0")
+        if self.task_pool and self.task_pool < self.num_tasks:
+            raise ValueError(
+                f"task_pool ({self.task_pool}) must hold at least the {self.num_tasks} tasks "
+                "of one iteration (tasks of one iteration are distinct)"
+            )
 
 
 def derive_seed(seed: int, *parts: object) -> int:

@@ -52,7 +52,7 @@ import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
@@ -63,7 +63,6 @@ from creditgym.agents.llm import SamplingConfig
 from creditgym.agents.logprobs import action_logprobs
 from creditgym.agents.models import LoadedModel
 from creditgym.agents.progress import LiveBar
-from creditgym.agents.rollout import EnvWorkers
 from creditgym.agents.trajectory import TokenBatch, Trajectory, return_channel
 from creditgym.credit.base import CreditModule
 from creditgym.trainers.activation_checkpointing import (
@@ -76,8 +75,8 @@ from creditgym.trainers.activation_checkpointing import (
 from creditgym.trainers.core import (
     OPTIMIZER_STEP_METRICS,
     ROLLOUT_METRICS,
-    LoraSettings,
     TrainerCore,
+    TrainerSettings,
     derive_seed,
     to_device,
 )
@@ -105,8 +104,9 @@ POLICY_GRADIENT_METRICS = (
 
 
 @dataclass(frozen=True)
-class PolicyGradientConfig:
-    """Settings of one policy-gradient run.
+class PolicyGradientConfig(TrainerSettings):
+    """Settings of one policy-gradient run: the trainers' shared ones
+    (`trainers.core.TrainerSettings`) and its own.
 
     `python -m benchmarks.run` sets `steps`, `group_size`, `tasks_per_step`,
     `learning_rate`, `seed`, `checkpoint_every` and `resume` from its own options; the other
@@ -115,8 +115,6 @@ class PolicyGradientConfig:
 
     steps: int = 20
     """Training iterations (rollout -> credit -> optimise)."""
-    group_size: int = 8
-    """G: rollouts per task (8 for GRPO / GiGPO / HCAPO, 1 for HP-RLVR)."""
     tasks_per_step: int = 2
     """Tasks per iteration at the reference group size."""
     batching: Literal["equal_rollouts", "equal_tasks"] = "equal_rollouts"
@@ -124,22 +122,6 @@ class PolicyGradientConfig:
     comparison at equal rollout count); equal_tasks: tasks = tasks_per_step."""
     reference_group_size: int = 8
     """The group size `equal_rollouts` keeps the rollout count of (GRPO's G = 8)."""
-    task_pool: int = 0
-    """Draw task seeds from range(task_pool) without replacement each iteration, so tasks
-    repeat across iterations; 0 = a fresh seed for every task."""
-    num_envs: int | None = None
-    """Environments stepped together during rollouts (the largest generation batch).
-    None: every rollout of the iteration at once where the envs run in-process (free to
-    add), else 8 worker processes (`TrainerCore.rollout_envs`)."""
-    env_workers: EnvWorkers = "auto"
-    """What runs each rollout env: a worker process, the trainer's own process (pure
-    in-memory envs), or a Ray actor (on the Ray cluster `ray.init()` joins); the same
-    trajectories either way. auto: in-process for envs registered `in_process` (KeyDoor,
-    Umbrella), else a process (`agents.rollout.resolve_env_workers`)."""
-    learning_rate: float = 1e-5
-    """AdamW learning rate (the papers use 1e-6 for full fine-tuning of 1.5B-7B models)."""
-    weight_decay: float = 0.0
-    """AdamW weight decay."""
     clip_eps: float = 0.2
     """PPO clip range: ratios outside [1 - eps, 1 + eps] stop contributing gradient."""
     ppo_epochs: int = 1
@@ -155,8 +137,6 @@ class PolicyGradientConfig:
     reach L ~ 3,400, so 8 such trajectories x 6 steps took > 20 GiB (one per pass now).
     Speed too: `small`'s short KeyDoor rows, one trajectory per pass, spent most of the
     update in per-call overhead (benchmarks/perf/bench_small.py)."""
-    max_grad_norm: float = 1.0
-    """Gradient-norm clip (the norm before clipping is logged)."""
     activation_checkpointing: bool | None = None
     """Recompute each decoder layer's activations in backward instead of keeping them
     (`trainers/activation_checkpointing.py`): the same gradients for one more forward,
@@ -186,19 +166,6 @@ class PolicyGradientConfig:
     length_normalise: bool = False
     """Weight each trajectory equally (token-mean within a trajectory, then mean over
     trajectories) instead of the plain token mean over the minibatch."""
-    finetune: Literal["auto", "lora", "full"] = "auto"
-    """auto = full fine-tuning for models in FULL_FINETUNE_MODELS (`tiny`, `small`,
-    `small-warm`), LoRA otherwise."""
-    lora: LoraSettings = field(default_factory=LoraSettings)
-    """LoRA adapter settings (used when fine-tuning with LoRA)."""
-    seed: int = 0
-    """Seeds task selection, sampling and every RNG."""
-    checkpoint_every: int = 10
-    """Save a checkpoint every this many iterations (and always at the end)."""
-    keep_checkpoints: int = 2
-    """Newest checkpoints kept on disk (0 keeps all)."""
-    resume: bool = False
-    """Continue from the newest checkpoint in the run folder, if there is one."""
 
     @property
     def iterations(self) -> int:
@@ -219,18 +186,16 @@ class PolicyGradientConfig:
             "group_size": self.group_size,
             "tasks_per_step": self.tasks_per_step,
             "reference_group_size": self.reference_group_size,
-            "num_envs": 1 if self.num_envs is None else self.num_envs,
             "ppo_epochs": self.ppo_epochs,
             "num_minibatches": self.num_minibatches,
             "micro_batch_trajectories": self.micro_batch_trajectories,
             "micro_batch_tokens": self.micro_batch_tokens,
-            "checkpoint_every": self.checkpoint_every,
         }
         for name, value in positive.items():
             if value < 1:
                 raise ValueError(f"{name} must be >= 1, got {value}")
-        if self.learning_rate <= 0 or self.clip_eps <= 0 or self.max_grad_norm <= 0:
-            raise ValueError("learning_rate, clip_eps and max_grad_norm must be > 0")
+        if self.clip_eps <= 0:
+            raise ValueError(f"clip_eps must be > 0, got {self.clip_eps}")
         if self.kl_coef < 0:
             raise ValueError(f"kl_coef must be >= 0, got {self.kl_coef}")
         if (
@@ -242,11 +207,7 @@ class PolicyGradientConfig:
                 f"tasks_per_step x reference_group_size "
                 f"({self.tasks_per_step * self.reference_group_size})"
             )
-        if self.task_pool and self.task_pool < self.num_tasks:
-            raise ValueError(
-                f"task_pool ({self.task_pool}) must hold at least the {self.num_tasks} tasks "
-                "of one iteration (tasks of one iteration are distinct)"
-            )
+        super().validate()
         if self.num_minibatches > self.num_tasks * self.group_size:
             raise ValueError("num_minibatches cannot exceed the rollouts per iteration")
 

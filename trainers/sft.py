@@ -28,23 +28,22 @@ import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import nullcontext
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
 
 from creditgym.agents.llm import SamplingConfig
 from creditgym.agents.models import LoadedModel
-from creditgym.agents.rollout import EnvWorkers
 from creditgym.agents.trajectory import TokenBatch, Trajectory, return_channel
 from creditgym.credit.base import CreditModule, CreditOutput
 from creditgym.trainers.activation_checkpointing import recompute_activations
 from creditgym.trainers.core import (
     OPTIMIZER_STEP_METRICS,
     ROLLOUT_METRICS,
-    LoraSettings,
     TrainerCore,
+    TrainerSettings,
     derive_seed,
     to_device,
 )
@@ -61,8 +60,10 @@ SFT_METRICS = (
 
 
 @dataclass(frozen=True)
-class SFTConfig:
-    """Settings of one credit-filtered SFT run.
+class SFTConfig(TrainerSettings):
+    """Settings of one credit-filtered SFT run: the trainers' shared ones
+    (`trainers.core.TrainerSettings`, with SFT's own defaults for `num_envs`,
+    `learning_rate` and `checkpoint_every`) and its own.
 
     `python -m benchmarks.run --trainer sft` sets `rounds`, `num_tasks`, `group_size`,
     `num_envs`, `learning_rate`, `seed` and `resume` from its own options; the other fields
@@ -73,17 +74,8 @@ class SFTConfig:
     """Rounds of rollout -> credit -> filter -> fine-tune."""
     num_tasks: int = 4
     """Tasks rolled out per round."""
-    group_size: int = 8
-    """Rollouts per task (group credit modules need G > 1 to tell good from bad)."""
-    task_pool: int = 0
-    """Draw task seeds from range(task_pool) each round (tasks repeat); 0 = fresh seeds."""
-    num_envs: int = 8
-    """Environments stepped together during rollouts."""
-    env_workers: EnvWorkers = "auto"
-    """What runs each rollout env: a worker process, the trainer's own process (pure
-    in-memory envs), or a Ray actor (on the Ray cluster `ray.init()` joins); the same
-    trajectories either way. auto: in-process for envs registered `in_process` (KeyDoor,
-    Umbrella), else a process (`agents.rollout.resolve_env_workers`)."""
+    num_envs: int | None = 8
+    """As `TrainerSettings.num_envs`; 8 here."""
     min_credit: float = 0.0
     """Keep a step only when its step advantage is above this."""
     epochs_per_round: int = 2
@@ -96,24 +88,9 @@ class SFTConfig:
     """Recompute decoder-layer activations in backward (`trainers/activation_checkpointing.py`):
     the same gradients, a small fraction of the memory."""
     learning_rate: float = 1e-4
-    """AdamW learning rate."""
-    weight_decay: float = 0.0
-    """AdamW weight decay."""
-    max_grad_norm: float = 1.0
-    """Gradient-norm clip (the norm before clipping is logged)."""
-    finetune: Literal["auto", "lora", "full"] = "auto"
-    """auto = full fine-tuning for models in `trainers.core.FULL_FINETUNE_MODELS` (`tiny`,
-    `small`, `small-warm`), LoRA otherwise."""
-    lora: LoraSettings = field(default_factory=LoraSettings)
-    """LoRA adapter settings (used when fine-tuning with LoRA)."""
-    seed: int = 0
-    """Seeds task selection, sampling, shuffling and every RNG."""
+    """As `TrainerSettings.learning_rate`; 1e-4 here."""
     checkpoint_every: int = 1
-    """Save a checkpoint every this many rounds (and always at the end)."""
-    keep_checkpoints: int = 2
-    """Newest checkpoints kept on disk (0 keeps all)."""
-    resume: bool = False
-    """Continue from the newest checkpoint in the run folder, if there is one."""
+    """As `TrainerSettings.checkpoint_every` (an iteration is a round); 1 here."""
 
     @property
     def iterations(self) -> int:
@@ -125,22 +102,14 @@ class SFTConfig:
         positive = {
             "rounds": self.rounds,
             "num_tasks": self.num_tasks,
-            "group_size": self.group_size,
-            "num_envs": self.num_envs,
             "epochs_per_round": self.epochs_per_round,
             "pairs_per_step": self.pairs_per_step,
             "micro_batch_pairs": self.micro_batch_pairs,
-            "checkpoint_every": self.checkpoint_every,
         }
         for name, value in positive.items():
             if value < 1:
                 raise ValueError(f"{name} must be >= 1, got {value}")
-        if self.learning_rate <= 0 or self.max_grad_norm <= 0:
-            raise ValueError("learning_rate and max_grad_norm must be > 0")
-        if self.task_pool and self.task_pool < self.num_tasks:
-            raise ValueError(
-                f"task_pool ({self.task_pool}) must be >= num_tasks ({self.num_tasks})"
-            )
+        super().validate()
 
 
 def select_pairs(
