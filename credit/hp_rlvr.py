@@ -34,6 +34,12 @@ Open choices (the paper body is not available), each the default here:
   `credit.views.action_span_mask`); ineligible tokens get credit 0 and do not enter the
   trajectory's mean divergence;
 - per-step credit (for step-level consumers) = mean of the step's eligible token credits.
+The control (`weights="uniform"`): w_j = 1 at every eligible token, so A_j = R - b, the
+same magnitude as the default's normalised weights on average (their mean over a
+trajectory is 1 before the cap). It keeps everything of HP-RLVR but the hindsight: one
+rollout per task, the tasks that buys at equal rollouts, the baseline. What HP-RLVR gains
+over GRPO beyond this control is the divergence's; what the control gains too is single
+rollouts over more tasks and the baseline (REINFORCE with a moving baseline).
 Each choice is an option (`HPRLVROptions`), named on the command line with
 `--credit-options key=value`. The weights (`divergence_weights`, `token_credit`) and the
 baseline's update (`updated_baselines`) are pure functions, called by `HPRLVR` and by the
@@ -61,11 +67,12 @@ from creditgym.credit.hindsight import (
 )
 from creditgym.credit.options import doc, doc_of
 from creditgym.credit.scoring import score_divergence
-from creditgym.credit.views import action_span_mask, causal_view
+from creditgym.credit.views import action_ids_of, action_span_mask, causal_view
 
 # Below this mean divergence the two views are treated as identical (float32 noise).
 MIN_MEAN_DIVERGENCE = 1e-12
 EligibleTokens = Literal["response", "action"]
+WeightSource = Literal["divergence", "uniform"]
 
 
 @dataclass(frozen=True)
@@ -99,6 +106,14 @@ class HPRLVROptions(BlockOptions):
         metadata=doc(
             "the tokens that get credit: every generated token (response) or the command's "
             "(action, credit.views.action_span_mask)"
+        ),
+    )
+    weights: WeightSource = field(
+        default="divergence",
+        metadata=doc(
+            "where w_j comes from: the causal-vs-hindsight divergence (divergence), or 1 at "
+            "every eligible token (uniform: the control without hindsight, the same single "
+            "rollouts, tasks and baseline, A_j = R - b, no scoring pass)"
         ),
     )
 
@@ -224,7 +239,8 @@ class HPRLVR(HindsightScorer):
     Arguments as `credit.hindsight.HindsightScorer` (the model: the policy snapshot that
     generated the trajectories), options `HPRLVROptions`.
 
-    Metrics: `mean_jsd`, `mean_baseline`, `mean_abs_advantage`, `frac_zero_weight_trajs`.
+    Metrics: `mean_jsd` (not with uniform weights), `mean_baseline`, `mean_abs_advantage`,
+    `frac_zero_weight_trajs`.
     """
 
     name = "hp_rlvr"
@@ -234,8 +250,11 @@ class HPRLVR(HindsightScorer):
     options: HPRLVROptions
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        """As `credit.hindsight.HindsightScorer`; the baselines start at `initial_baseline`."""
+        """As `credit.hindsight.HindsightScorer`; the baselines start at `initial_baseline`.
+        With uniform weights nothing is scored, so generation keeps nothing for it."""
         super().__init__(*args, **kwargs)
+        if self.options.weights == "uniform":
+            self.generation_cache = None
         self.global_baseline = float(self.options.initial_baseline)
         self.task_baselines: dict[str, float] = {}
 
@@ -251,8 +270,14 @@ class HPRLVR(HindsightScorer):
         """d_j per trajectory, per step ([A_t] each): one causal and one hindsight pass per step.
 
         With `eligible_tokens="action"`, each step's array holds the command's tokens only.
+        With `weights="uniform"`, every d_j is 1 and no view is scored.
         """
         tokenizer = self.model.tokenizer
+        if self.options.weights == "uniform":
+            return [
+                [np.ones(len(action_ids_of(tokenizer, traj, t))) for t in range(traj.length)]
+                for traj in trajectories
+            ]
         causal, hindsight = [], []
         for traj in trajectories:
             for t in range(traj.length):
@@ -300,11 +325,12 @@ class HPRLVR(HindsightScorer):
         all_divergences = np.concatenate([d for traj in divergences for d in traj] + [np.zeros(0)])
         all_abs = np.concatenate([*abs_advantages, np.zeros(0)])
         metrics = {
-            "mean_jsd": float(all_divergences.mean()) if all_divergences.size else 0.0,
             "mean_baseline": float(np.mean(baselines)) if baselines else self.global_baseline,
             "mean_abs_advantage": float(all_abs.mean()) if all_abs.size else 0.0,
             "frac_zero_weight_trajs": zero_weight / len(trajectories) if trajectories else 0.0,
         }
+        if self.options.weights == "divergence":  # the uniform control scores nothing
+            metrics["mean_jsd"] = float(all_divergences.mean()) if all_divergences.size else 0.0
         # After the credit, so the batch's credit does not depend on its own returns.
         self.task_baselines, self.global_baseline = updated_baselines(
             self.task_baselines,

@@ -252,7 +252,7 @@ class HPRLVREstimator:
             `hindsight_batch(batch, tokenizer, options.block())`); None: the defaults.
     Raises:
         ValueError: `eligible_tokens="action"` (the command's tokens need the tokenizer's
-            decoding, which the estimator does not have).
+            decoding, which the estimator does not have), or `weights="uniform"`.
     """
 
     def __init__(self, options: HPRLVROptions | None = None) -> None:
@@ -261,6 +261,12 @@ class HPRLVREstimator:
             raise ValueError(
                 "the verl estimator credits every response token (eligible_tokens=response), "
                 f"got eligible_tokens={self.options.eligible_tokens}"
+            )
+        if self.options.weights != "divergence":
+            raise ValueError(
+                "the verl estimator weights tokens by the divergences its worker computes "
+                f"(weights=divergence), got weights={self.options.weights}; the uniform "
+                "control runs in creditgym's own trainer (benchmarks.run)"
             )
         self.reset()
 

@@ -250,6 +250,30 @@ def test_hp_rlvr_sign_follows_reward_minus_baseline_and_failures_get_credit(tiny
     assert 0.0 < output.metrics["mean_jsd"] <= 1.0
 
 
+def test_hp_rlvr_uniform_control_pays_reward_minus_baseline_at_every_token(tiny):
+    """The control without hindsight: A_j = R - b on every token, the same baseline as the
+    divergence's, no scoring pass (nothing kept from generation for it)."""
+    batch = [
+        tokenised(scripted_trajectory("a", [0.0, 1.0], True, task_id="t1"), tiny),
+        tokenised(scripted_trajectory("b", [0.0, 0.0], False, task_id="t2"), tiny),
+    ]
+    uniform = HPRLVR(tiny, HPRLVROptions(initial_baseline=0.25, weights="uniform"))
+    divergence = HPRLVR(tiny, HPRLVROptions(initial_baseline=0.25))
+    assert uniform.generation_cache is None and divergence.generation_cache is not None
+    control, scored = uniform(batch), divergence(batch)
+    for traj, steps, scored_steps in zip(
+        batch, control.token_advantages, scored.token_advantages, strict=True
+    ):
+        for step, credit, scored_credit in zip(traj.steps, steps, scored_steps, strict=True):
+            assert credit.shape == (len(step.action_token_ids),) == scored_credit.shape
+            np.testing.assert_array_equal(credit, np.float32(traj.total_return - 0.25))
+        np.testing.assert_allclose(
+            np.concatenate(steps).mean(), np.concatenate(scored_steps).mean(), rtol=0.25
+        )
+    assert "mean_jsd" not in control.metrics and "mean_jsd" in scored.metrics
+    assert uniform.state_dict() == divergence.state_dict()
+
+
 def test_hp_rlvr_baseline_is_an_ema_kept_across_batches_and_checkpointed(tiny):
     module = HPRLVR(tiny, HPRLVROptions(baseline_momentum=0.9))
     batch = [

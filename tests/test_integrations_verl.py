@@ -30,10 +30,15 @@ from creditgym.agents.models import build_tiny
 from creditgym.agents.trajectory import Step, Trajectory
 from creditgym.credit.gigpo import GiGPO
 from creditgym.credit.grpo import GRPO
-from creditgym.credit.hp_rlvr import HPRLVR
+from creditgym.credit.hp_rlvr import HPRLVR, HPRLVROptions
 from creditgym.credit.rule_based import RuleBased
 from creditgym.integrations import verl_plugin
-from creditgym.integrations.verl_credit import compute_advantage, trajectories_from_batch, turns_of
+from creditgym.integrations.verl_credit import (
+    HPRLVREstimator,
+    compute_advantage,
+    trajectories_from_batch,
+    turns_of,
+)
 
 TURN_TOKENS = 3  # policy tokens per turn
 REPLY_TOKENS = 2  # env-reply tokens after each turn but the last
@@ -160,6 +165,15 @@ def test_hp_rlvr_estimator_gives_the_module_token_credit_batch_after_batch() -> 
     assert module.task_baselines["verl/b"] == pytest.approx(1.0)
     assert torch.all(computed[2:] == 0)  # task b's R equals its baseline now: no credit
     assert torch.any(computed[:2] != 0)
+
+
+def test_hp_rlvr_estimator_refuses_options_it_cannot_honour() -> None:
+    for options, name in [
+        (HPRLVROptions(eligible_tokens="action"), "eligible_tokens"),
+        (HPRLVROptions(weights="uniform"), "weights=uniform"),
+    ]:
+        with pytest.raises(ValueError, match=name):
+            HPRLVREstimator(options)
 
 
 def test_installed_verl_is_the_pinned_version() -> None:
