@@ -22,6 +22,7 @@ from creditgym.benchmarks import common
 from creditgym.benchmarks.cli import UsageError
 from creditgym.credit.base import DEFAULT_CONVENTION, CreditContext, CreditModule
 from creditgym.measure.ground_truth import exact_sources
+from creditgym.trainers.core import peft_quietly
 from creditgym.trainers.policy_gradient import AgentConfig
 
 # Scripted agents, built per episode from a seed so a resumed run replays exactly the
@@ -51,7 +52,8 @@ def load_trained_policy(
     """The policy a finished training exported: a LoRA adapter over `base`, or a whole
     fine-tuned model (the trainers export one or the other)."""
     if (final_dir / "adapter_config.json").is_file():
-        model = PeftModel.from_pretrained(base.model, str(final_dir)).to(device)
+        with peft_quietly():
+            model = PeftModel.from_pretrained(base.model, str(final_dir)).to(device)
     else:
         model = load_policy(str(final_dir.resolve()), device, dtype).model
     model.eval()

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 import torch
+from peft import PeftModel
 
 from creditgym.agents.llm import SamplingConfig
 from creditgym.agents.models import build_tiny
@@ -24,7 +26,7 @@ from creditgym.credit.grpo import GRPO
 from creditgym.credit.hp_rlvr import HPRLVR
 from creditgym.credit.rule_based import RuleBased
 from creditgym.trainers.activation_checkpointing import ActivationCost
-from creditgym.trainers.core import WALL_CLOCK_METRICS, LoraSettings
+from creditgym.trainers.core import WALL_CLOCK_METRICS, LoraSettings, prepare_policy
 from creditgym.trainers.policy_gradient import (
     POLICY_GRADIENT_METRICS,
     PolicyGradientConfig,
@@ -264,3 +266,13 @@ def test_resume_after_a_kill_reaches_the_same_result_as_an_uninterrupted_run(tmp
         assert torch.equal(a, b)
     # HP-RLVR's baseline came back from the checkpoint and moved on identically.
     assert resumed_credit.state_dict() == reference_credit.state_dict()
+
+
+def test_wrapping_a_policy_in_lora_prints_no_peft_deprecation_warning():
+    """peft reads transformers' deprecated `is_gradient_checkpointing` when it wraps a
+    model: a FutureWarning in every LoRA run that no user can act on (`peft_quietly`)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        policy = prepare_policy(build_tiny(), "lora", LoraSettings())
+    assert isinstance(policy.model, PeftModel)
+    assert not [w for w in caught if "is_gradient_checkpointing" in str(w.message)]

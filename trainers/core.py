@@ -17,10 +17,12 @@ and resumed equals an uninterrupted one.
 from __future__ import annotations
 
 import abc
+import contextlib
 import os
 import random
 import time
-from collections.abc import Callable, Mapping, Sequence
+import warnings
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
@@ -177,6 +179,18 @@ class TrainerSettings:
             )
 
 
+@contextlib.contextmanager
+def peft_quietly() -> Iterator[None]:
+    """Wrap a model with peft without its FutureWarning about transformers'
+    `is_gradient_checkpointing` (peft 0.18 reads the deprecated property whenever it wraps
+    a model, so every LoRA run printed a warning no user can act on); other warnings pass."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings(
+            "ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning
+        )
+        yield
+
+
 def derive_seed(seed: int, *parts: object) -> int:
     """A 31-bit seed that depends only on (seed, parts): resumed runs re-derive the same."""
     return random.Random(":".join(str(x) for x in (seed, *parts))).getrandbits(31)
@@ -206,7 +220,8 @@ def prepare_policy(
             task_type="CAUSAL_LM",
         )
         try:
-            model = get_peft_model(model, adapter)
+            with peft_quietly():
+                model = get_peft_model(model, adapter)
         except ValueError as error:
             raise ValueError(
                 f"cannot add LoRA to {loaded.name!r} with target modules "
