@@ -319,20 +319,18 @@ def compare_pair(
     is_confirmatory: bool,
     label: str | None = None,
 ) -> dict[str, Any] | None:
-    """The tests of X against Y on one env (its tasks as strata), over the tasks where both
-    have the same number of seeds, or None when they share none: P(X > Y) with its
+    """The tests of X against Y on one env (its tasks as strata), over the seeds both ran
+    on each task (a sweep part-way through leaves rows at unequal seeds), on the tasks
+    where they share some, or None when they share none: P(X > Y) with its
     interval, the mean difference X - Y and its Welch interval, the permutation p-value of
     P(X > Y) = 1/2 and the TOST p-value at `EQUIVALENCE_MARGIN` (the last three only from
     `MIN_SEEDS_FOR_VERDICT` seeds on). `label` names the rows' scope (default: the env)."""
-    shared = [
-        t
-        for t in dict.fromkeys(by_env.task)
-        if len(by_env[(by_env.task == t) & (by_env.method == x)])
-        == len(by_env[(by_env.task == t) & (by_env.method == y)])
-        > 0
-    ]
-    mx = score_matrix(by_env[by_env.method == x], shared, column)
-    my = score_matrix(by_env[by_env.method == y], shared, column)
+    pair = by_env[by_env.method.isin((x, y))]
+    both = pair.groupby(["task", "seed"]).method.transform("nunique") == 2
+    matched = pair[both]
+    shared = list(dict.fromkeys(matched.task))
+    mx = score_matrix(matched[matched.method == x], shared, column)
+    my = score_matrix(matched[matched.method == y], shared, column)
     if mx is None or my is None:
         return None
     testable = mx.shape[0] >= MIN_SEEDS_FOR_VERDICT

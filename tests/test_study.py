@@ -387,6 +387,24 @@ def test_oracle_rows_meet_grpo_only_on_their_channel_as_exploratory_ceilings():
     assert set(pairs.x) | set(pairs.y) == {"grpo", "hcapo"}
 
 
+def test_a_pair_is_compared_at_the_seeds_both_ran():
+    """Part-way through a sweep the rows hold unequal seeds: each pair is tested on the
+    seeds both have (here 0-2; grpo's seed 3 waits for hcapo's)."""
+    values = {"grpo": [0.5, 0.6, 0.7, 0.0], "hcapo": [0.8, 0.9, 1.0]}
+    frame = pd.DataFrame(
+        [
+            {"env": "KeyDoor-v0", "task": "KeyDoor-v0[delay=4]", "method": method}
+            | {"form": method, "channel": "return", "oracle": False}
+            | {"seed": seed, "final_success": value}
+            for method, runs in values.items()
+            for seed, value in enumerate(runs)
+        ]
+    )
+    pair = study.improvement_pairs(frame, "final_success", reps=200).iloc[0]
+    assert pair.seeds == 3
+    assert pair.difference.value == pytest.approx(-0.3)  # 0.6 - 0.9: grpo's 0.0 left out
+
+
 def test_a_module_named_by_path_is_shown_by_its_own_name():
     config = {"credit": "credit.exact_source:HCAPOExact", "trainer": "policy_gradient"}
     assert study.method_name(config) == "hcapo_exact"
