@@ -181,9 +181,9 @@ class PolicyGradientConfig(TrainerSettings):
 
     def validate(self) -> None:
         """Raise ValueError with a readable message on settings that cannot work."""
+        super().validate()  # the shared settings first: group_size >= 1 before it divides
         positive = {
             "steps": self.steps,
-            "group_size": self.group_size,
             "tasks_per_step": self.tasks_per_step,
             "reference_group_size": self.reference_group_size,
             "ppo_epochs": self.ppo_epochs,
@@ -207,7 +207,6 @@ class PolicyGradientConfig(TrainerSettings):
                 f"tasks_per_step x reference_group_size "
                 f"({self.tasks_per_step * self.reference_group_size})"
             )
-        super().validate()
         if self.num_minibatches > self.num_tasks * self.group_size:
             raise ValueError("num_minibatches cannot exceed the rollouts per iteration")
 
