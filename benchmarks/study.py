@@ -186,6 +186,9 @@ def run_row(run: records.RunData) -> dict[str, Any]:
         "seed": run.seed,
         "steps": int(config["steps"]),
         "learning_rate": config.get("learning_rate"),
+        # The arithmetic the policy computed in, resolved (`float32`, `bfloat16-products`;
+        # benchmarks/common.py resolve_dtype): `dtype = "fast"` resolves per processor.
+        "precision": config.get("method_config", {}).get("dtype"),
         "group_size": group,
         "final_success": float(np.mean([e.success for e in test])),
         "eval_episodes": len(test),
@@ -223,8 +226,10 @@ def runs_table(runs: Sequence[records.RunData]) -> pd.DataFrame:
 
 def name_budgets(frame: pd.DataFrame) -> pd.DataFrame:
     """Where one task's runs differ in iterations or learning rate (a calibration trying a
-    larger budget), each row's name carries its own: `grpo (60 iterations) on outcome`.
-    Rows of a task run at one budget keep their plain names."""
+    larger budget), each row's name carries its own: `grpo (60 iterations) on outcome`;
+    likewise where they differ in precision (a sweep continued on a processor where
+    `dtype = "fast"` resolves otherwise), so that no row mixes arithmetic across its seeds:
+    `grpo (float32)`. Rows of a task run at one budget and precision keep their plain names."""
     frame = frame.copy()
     names = []
     for row in frame.itertuples(index=False):
@@ -234,6 +239,8 @@ def name_budgets(frame: pd.DataFrame) -> pd.DataFrame:
             budget.append(f"{row.steps} iterations")
         if same_task.learning_rate.nunique(dropna=False) > 1:
             budget.append(f"lr {row.learning_rate:g}")
+        if same_task.precision.nunique(dropna=False) > 1:
+            budget.append(str(row.precision))
         name = row.form + (f" ({', '.join(budget)})" if budget else "")
         names.append(name if row.channel == DEFAULT_REWARD_CHANNEL else f"{name} on {row.channel}")
     frame["method"] = names

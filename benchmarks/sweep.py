@@ -31,6 +31,9 @@ go on. On a cluster every node must see `--out` (shared storage), so it must be 
 Each run holds its folder's lock while it runs (`benchmarks/lock.py`), so two sweeps over
 one grid never write the same run: a run another process holds is reported in one line,
 skipped, and counted as not done (exit status 1; rerun the sweep once the other ended).
+A sweep whose `out` holds its runs computed in another precision (begun where
+`dtype = "fast"` or `"auto"` resolved otherwise: another processor, a GPU) stops in one
+line (exit status 2) rather than start a second grid beside them.
 A run folder holding a damaged file (`benchmarks/records.py`) is reported the same way
 when its run starts, or, found while checking which runs are finished, stops the sweep in
 one line (exit status 2).
@@ -53,14 +56,16 @@ import ray
 import tyro
 
 from creditgym.agents.atomic import DamagedFileError
+from creditgym.agents.precision import cpu_features
 from creditgym.agents.rollout import close_workers
 from creditgym.benchmarks import leaderboard
 from creditgym.benchmarks.cli import UsageError, exit_on_usage_error, lookup, suggest
+from creditgym.benchmarks.common import BFLOAT16_PRODUCTS
 from creditgym.benchmarks.lock import LockHeldError
 from creditgym.benchmarks.run import run
 from creditgym.benchmarks.run_config import PRESETS, RunConfig
 from creditgym.benchmarks.run_eval import is_finished
-from creditgym.benchmarks.run_identity import run_name
+from creditgym.benchmarks.run_identity import hashed_name, run_identity, run_name
 from creditgym.benchmarks.run_validate import validate
 
 RUN_FIELDS = {f.name: f for f in dataclasses.fields(RunConfig)}
@@ -264,6 +269,35 @@ def check_ray_options(sweep: SweepConfig, configs: Sequence[RunConfig]) -> None:
         )
 
 
+# What a run's `dtype` can resolve to on some device and processor
+# (benchmarks/common.py resolve_dtype); each names another folder for the same settings.
+RESOLVED_PRECISIONS = ("float32", "bfloat16", BFLOAT16_PRODUCTS)
+
+
+def check_one_precision(configs: Sequence[RunConfig]) -> None:
+    """UsageError where `--out` already holds one of `configs` computed in another
+    precision than its `dtype` (`auto`, `fast`) resolves to here.
+
+    Such a folder means the sweep began on another processor or device: continuing here
+    would start a second grid in other arithmetic beside the first (the study names each
+    precision's rows apart, so neither would finish). Refused before any run starts."""
+    for config in configs:
+        if config.name or config.dtype not in ("auto", "fast"):
+            continue
+        identity = run_identity(config)
+        here = identity["dtype"]
+        for precision in RESOLVED_PRECISIONS:
+            twin = hashed_name(config, {**identity, "dtype": precision})
+            if precision != here and (config.out / twin).exists():
+                raise UsageError(
+                    f"{config.out} holds this sweep's runs computed in {precision} (e.g. "
+                    f"{twin}); here dtype={config.dtype!r} resolves to {here} "
+                    f"({cpu_features()}), which would start a second grid in other "
+                    f"arithmetic beside them: continue the sweep where it resolves to "
+                    f"{precision} (docs/running.md), or give another --out"
+                )
+
+
 @exit_on_usage_error
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `python -m benchmarks.sweep`."""
@@ -276,6 +310,7 @@ def main(argv: list[str] | None = None) -> int:
         # A Ray task checks its device where it runs: the driver (a cluster's head
         # node) may have no GPU. The device is not part of a run's identity.
         validate(dataclasses.replace(config, device="cpu") if sweep.executor == "ray" else config)
+    check_one_precision(configs)
     try:
         finished = [is_finished(config) for config in configs]
     except DamagedFileError as error:  # a run folder's records: one line, exit 2

@@ -238,3 +238,31 @@ def test_a_sweep_grid_takes_env_options_as_an_axis_of_strings():
         ("delay=1", "variance=high"),
         ("delay=4", "variance=high"),
     ]
+
+
+def test_a_sweep_begun_in_another_precision_stops_before_starting_a_second_grid(tmp_path, capsys):
+    """`dtype = "fast"` resolves per processor; where `--out` holds the grid's runs in the
+    precision another processor chose, the sweep stops in one line, running nothing."""
+    from creditgym.benchmarks.run_identity import hashed_name, run_identity
+
+    path = tmp_path / "sweep.toml"
+    out = tmp_path / "runs"
+    path.write_text(
+        f'[common]\nout = "{out}"\nmodel = "random"\ncredit = "none"\ndtype = "fast"\n'
+        "eval_episodes = 1\n[[grid]]\nseed = [0, 1]\n"
+    )
+    argv = ["--config", str(path), "--no-leaderboard"]
+    first, second = sweep.load_sweep(path, None)
+    here = run_identity(second)["dtype"]
+    other = "bfloat16-products" if here == "float32" else "float32"
+    twin = hashed_name(second, {**run_identity(second), "dtype": other})
+    (out / twin).mkdir(parents=True)
+    assert sweep.main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"holds this sweep's runs computed in {other}" in err and twin in err
+    assert "Traceback" not in err
+    assert sorted(p.name for p in out.iterdir()) == [twin]  # nothing ran
+    # The same grid in this processor's precision only: the sweep runs.
+    (out / twin).rmdir()
+    assert sweep.main(argv) == 0
+    assert sorted(p.name for p in out.iterdir()) == sorted([run_name(first), run_name(second)])

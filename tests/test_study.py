@@ -18,12 +18,22 @@ ENV_ID = "creditgym/KeyDoor-v0"
 
 
 def write_run(
-    root, name, seed, credit, curve, success, group_size=8, delay=4, typed=False, steps=3
+    root,
+    name,
+    seed,
+    credit,
+    curve,
+    success,
+    group_size=8,
+    delay=4,
+    typed=False,
+    steps=3,
+    dtype="float32",
 ):
     """A finished training run: 3 iterations of 32 rollouts (one optimiser step each, 10 s
     each), a curve point after each, `success` of 4 final evaluation episodes (with
     `typed`, episodes alternate the task types rain and sunshine, rain first); `steps` is
-    the configured budget its name may carry."""
+    the configured budget its name may carry, `dtype` the resolved precision."""
     run_dir = root / name
     run_dir.mkdir(parents=True)
     config = {
@@ -38,7 +48,12 @@ def write_run(
         "credit_convention": "creditgym",
         "eval_episodes": 4,
         "method_group_size": group_size,
-        "method_config": {"model": "small", "trainer": "policy_gradient", "credit": credit},
+        "method_config": {
+            "model": "small",
+            "trainer": "policy_gradient",
+            "credit": credit,
+            "dtype": dtype,
+        },
     }
     (run_dir / records.CONFIG_FILE).write_text(json.dumps(config))
     episodes = [
@@ -348,6 +363,30 @@ def test_runs_of_one_task_at_two_budgets_are_named_apart_and_compared_within_one
     assert (
         "| oracle (9 iterations) | 1 | 100.0 (one seed) | passes on the mean | – | – | – |" in text
     )
+
+
+def test_runs_of_one_task_in_two_precisions_never_share_a_row(tmp_path):
+    """A sweep continued on a processor where `dtype = "fast"` resolves to float32 adds
+    float32 seeds beside bfloat16-products ones: each precision is its own row, so no
+    row's seeds (nor a matched-seed pair) mix arithmetic; a task in one precision keeps
+    plain names."""
+    runs = tmp_path / "runs"
+    curve = [0.0, 0.5, 0.9, 1.0]
+    for seed in (0, 1):
+        write_run(runs, f"g{seed}", seed, "grpo", curve, 2, dtype="bfloat16-products")
+        write_run(runs, f"h{seed}", seed, "hcapo", curve, 3, dtype="bfloat16-products")
+    write_run(runs, "g2", 2, "grpo", curve, 1)  # float32
+    write_run(runs, "g16", 0, "grpo", curve, 1, delay=16)
+    frame = study.runs_table(records.load_runs(runs))
+    assert dict(zip(frame.run, frame.method, strict=True)) == {
+        "g0": "grpo (bfloat16-products)",
+        "g1": "grpo (bfloat16-products)",
+        "h0": "hcapo (bfloat16-products)",
+        "h1": "hcapo (bfloat16-products)",
+        "g2": "grpo (float32)",
+        "g16": "grpo",
+    }
+    assert set(frame.precision) == {"bfloat16-products", "float32"}
 
 
 def test_oracle_rows_meet_grpo_only_on_their_channel_as_exploratory_ceilings():
