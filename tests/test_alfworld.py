@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import multiprocessing
 import re
 import shutil
 from pathlib import Path
@@ -55,6 +56,31 @@ def test_generator_is_deterministic_per_seed(tmp_path: Path) -> None:
     text_a = (tmp_path / "a" / first / "game.tw-pddl").read_text()
     assert text_a == (tmp_path / "b" / second / "game.tw-pddl").read_text()
     assert other != first
+
+
+def _generate_in_a_daemon(out: str) -> None:
+    generate_dataset(Path(out), {"train": 2}, seed=7, workers=2, progress=False)
+
+
+def test_a_daemonic_process_generates_the_games_itself(tmp_path: Path) -> None:
+    """An env worker (daemonic, agents/workers.py) that creates the first ALFWorld env on
+    a fresh machine generates the set without a process pool (a daemon may not start
+    children) and gets the games a serial generation gets."""
+    context = multiprocessing.get_context("spawn")
+    child = context.Process(target=_generate_in_a_daemon, args=(str(tmp_path / "d"),), daemon=True)
+    child.start()
+    child.join(timeout=300)
+    assert child.exitcode == 0
+    generate_dataset(tmp_path / "s", {"train": 2}, seed=7, workers=1, progress=False)
+
+    def games(root: Path) -> dict[str, str]:
+        return {
+            str(path.relative_to(root)): path.read_text()
+            for path in sorted(root.rglob("game.tw-pddl"))
+        }
+
+    assert len(games(tmp_path / "d")) == 2
+    assert games(tmp_path / "d") == games(tmp_path / "s")
 
 
 def test_generated_games_cover_all_types_and_keep_format(generated: Path) -> None:

@@ -39,7 +39,7 @@ from creditgym.benchmarks.common import describe_precision
 from creditgym.benchmarks.perf.timing import machine_state
 from creditgym.benchmarks.run import parse_config
 from creditgym.benchmarks.run_build import load_policy
-from creditgym.benchmarks.run_settings import model_dtype
+from creditgym.benchmarks.run_settings import game_set, model_dtype
 from creditgym.benchmarks.run_train import build_trainer
 
 USERS_COMMAND = "--env alfworld --credit hp_rlvr"
@@ -91,6 +91,10 @@ def main(args: BenchArgs) -> None:
     print(machine_state())
     print(f"processor features: {cpu_features()}")
     print(f"command: python -m benchmarks.run {args.run_args} (first iteration)")
+    # The env's outside data (ALFWorld's generated games on first use), made here as
+    # `benchmarks.run` makes it before its env workers start, so that no budget's process
+    # times the generation.
+    game_set(parse_config(shlex.split(args.run_args)))
     context = multiprocessing.get_context("spawn")
     with context.Manager() as manager:
         results = manager.dict()

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import multiprocessing
 import os
 import random
 import shutil
@@ -456,7 +457,9 @@ def generate_dataset(
 
 
 def _run_jobs(jobs: list[tuple[str, int, int, str]], workers: int) -> Iterator[str]:
-    if workers <= 1:
+    # A daemonic process (an env worker, agents/workers.py, creating the first ALFWorld
+    # env on a fresh machine) may not start children: it generates the games itself.
+    if workers <= 1 or multiprocessing.current_process().daemon:
         yield from map(generate_one, jobs)
         return
     with ProcessPoolExecutor(max_workers=workers) as pool:
