@@ -622,6 +622,20 @@ def provenance(source: Path, out: Path, config: Path | None, calibration: bool =
     return f"Built by `{command}` from the run folders of {origin}; do not edit by hand."
 
 
+def precision_sentence(frame: pd.DataFrame) -> str:
+    """The arithmetic the runs of `frame` computed in (its `precision` column), said once:
+    one precision for all, or each with its count where they differ (`name_budgets` then
+    names the rows apart)."""
+    counts = frame.precision.fillna("unrecorded").value_counts().sort_index()
+    if len(counts) == 1:
+        return f"Every run computed in {counts.index[0]} (`--dtype`, resolved)."
+    spelled = ", ".join(f"{precision} ({count} runs)" for precision, count in counts.items())
+    return (
+        f"Runs computed in {spelled} (`--dtype`, resolved): rows of different precision are "
+        "named apart and never pooled."
+    )
+
+
 def type_success(runs: Sequence[records.RunData], frame: pd.DataFrame) -> pd.DataFrame:
     """Final success per task type (Umbrella's forecast, SysDiag's fault family): one line
     per run of `frame` (its row names) and type; empty for envs whose episodes carry no
@@ -917,6 +931,7 @@ def build(args: StudyArgs) -> pd.DataFrame:
     frame = runs_table(runs)
     summary = task_summary(frame, args.reps)
     header = provenance(args.runs, args.out, args.config, args.calibration)
+    header += " " + precision_sentence(frame)
     if args.calibration:
         table = calibration_table(frame, summary, type_success(runs, frame))
         if table.empty:

@@ -387,6 +387,12 @@ def test_runs_of_one_task_in_two_precisions_never_share_a_row(tmp_path):
         "g16": "grpo",
     }
     assert set(frame.precision) == {"bfloat16-products", "float32"}
+    out = tmp_path / "report"
+    assert study.main(["--runs", str(runs), "--out", str(out)]) == 0
+    text = (out / "study.md").read_text()
+    assert "Runs computed in bfloat16-products (4 runs), float32 (2 runs)" in text
+    # Each precision's row counts its own seeds only.
+    assert "| grpo (bfloat16-products) | 2 |" in text and "| grpo (float32) | 1 |" in text
 
 
 def test_oracle_rows_meet_grpo_only_on_their_channel_as_exploratory_ceilings():
