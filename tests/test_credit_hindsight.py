@@ -14,6 +14,7 @@ from creditgym.credit.hp_rlvr import HPRLVR, HPRLVROptions, divergence_weights, 
 from creditgym.credit.scoring import ScoreMemo, jensen_shannon, score_divergence, score_logprobs
 from creditgym.credit.views import TeacherForced, causal_view
 from creditgym.measure.prefetch import prefetch_modules
+from creditgym.trainers.core import peft_quietly
 from tests.credit_cases import scripted_trajectory, tokenised
 
 
@@ -94,7 +95,8 @@ def test_scoring_works_on_a_lora_wrapped_model(tiny):
     from peft import LoraConfig, get_peft_model
 
     base = copy.deepcopy(tiny)
-    wrapped = get_peft_model(base.model, LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
+    with peft_quietly():
+        wrapped = get_peft_model(base.model, LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
     torch.manual_seed(1)
     for name, parameter in wrapped.named_parameters():
         if "lora_B" in name:  # fresh adapters are zero; make them change the output

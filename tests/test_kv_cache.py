@@ -11,6 +11,7 @@ from transformers import DynamicCache
 
 from creditgym.agents import kv_cache
 from creditgym.agents.models import build_tiny
+from creditgym.trainers.core import peft_quietly
 
 
 def decode_logits(model, cache, steps: int, drop_at: int) -> list[torch.Tensor]:
@@ -148,7 +149,10 @@ def test_cache_keyword_is_the_one_the_installed_forward_takes_through_peft_too()
     model = build_tiny(seed=0).model
     keyword = kv_cache.cache_keyword(model)
     assert keyword in inspect.signature(type(model).forward).parameters
-    wrapped = get_peft_model(build_tiny(seed=0).model, LoraConfig(r=4, target_modules=["q_proj"]))
+    with peft_quietly():
+        wrapped = get_peft_model(
+            build_tiny(seed=0).model, LoraConfig(r=4, target_modules=["q_proj"])
+        )
     assert kv_cache.cache_keyword(wrapped) == keyword  # PeftModel's own forward takes **kwargs
     input_ids = torch.randint(3, 200, (1, 9))
     with torch.no_grad():

@@ -11,6 +11,7 @@ from transformers import DynamicCache
 from creditgym.agents.kv_cache import cache_keyword
 from creditgym.agents.masked_logits import masked_logits
 from creditgym.agents.models import build_tiny
+from creditgym.trainers.core import peft_quietly
 
 # Both sides run the same float32 layers on the same inputs; only the output layer's
 # matmul shape differs ([K, H] against [B*L, H]), which may change its summation order.
@@ -32,7 +33,8 @@ def batch(seed: int = 0):
 
 
 def lora(model):
-    wrapped = get_peft_model(model, LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
+    with peft_quietly():
+        wrapped = get_peft_model(model, LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
     with torch.no_grad():  # a non-zero adapter, so that running it shows in the logits
         for name, parameter in wrapped.named_parameters():
             if "lora_B" in name:
