@@ -179,6 +179,27 @@ def t_interval(scores: np.ndarray, confidence: float = CONFIDENCE) -> Interval:
     return Interval(centre, centre - half, centre + half)
 
 
+def paired_difference(x: np.ndarray, y: np.ndarray, confidence: float = CONFIDENCE) -> Interval:
+    """Student-t interval of mean(X - Y) over two (runs, tasks) matrices whose rows are
+    matched: row i of each is one seed, whose runs share that seed's random streams
+    (common random numbers). The n per-seed differences are the
+    draws (`t_interval` of X - Y, n - 1 degrees of freedom); where the two methods' runs at
+    a seed move together, the interval is narrower than Welch's (`mean_difference`), where
+    they do not, wider (fewer degrees of freedom)."""
+    if x.shape != y.shape:
+        raise ValueError(f"paired matrices must have one shape, got {x.shape} and {y.shape}")
+    return t_interval(x - y, confidence)
+
+
+def row_correlation(x: np.ndarray, y: np.ndarray) -> float:
+    """Pearson correlation of matched rows' means (each seed's mean over the tasks) of
+    two (runs, tasks) matrices; NaN below 3 rows or where either has no spread."""
+    rx, ry = x.mean(axis=1), y.mean(axis=1)
+    if len(rx) < 3 or rx.std() == 0 or ry.std() == 0:
+        return math.nan
+    return float(np.corrcoef(rx, ry)[0, 1])
+
+
 def mean_of_tasks(*columns: np.ndarray, axis: int = -1) -> np.ndarray:
     """The mean over tasks of each task's mean: columns are (..., runs) arrays, one per
     task, reduced along `axis` (the signature `scipy.stats.bootstrap` calls)."""

@@ -123,6 +123,28 @@ def test_welch_difference_and_degrees_of_freedom_by_hand():
     assert (interval.low, interval.high) == (pytest.approx(0.2 - half), pytest.approx(0.2 + half))
 
 
+def test_a_paired_difference_reads_seed_by_seed_differences_by_hand():
+    # Seeds move together: per-seed differences .1, .2, .0 (mean .1, sd .1, n 3), while
+    # each row spreads .3: the paired interval is t_{2} * .1 / sqrt(3) wide, Welch's far
+    # wider.
+    x = np.array([[0.3], [0.7], [0.9]])
+    y = np.array([[0.2], [0.5], [0.9]])
+    paired = stats.paired_difference(x, y)
+    half = scipy.stats.t.ppf(0.975, 2) * 0.1 / math.sqrt(3)
+    assert paired.value == pytest.approx(0.1)
+    assert (paired.low, paired.high) == (pytest.approx(0.1 - half), pytest.approx(0.1 + half))
+    welch = stats.mean_difference(x, y)
+    assert welch.high - welch.low > 2 * (paired.high - paired.low)
+    assert stats.row_correlation(x, y) == pytest.approx(
+        np.corrcoef([0.3, 0.7, 0.9], [0.2, 0.5, 0.9])[0, 1]
+    )
+    # Rows moving against each other: the correlation says so.
+    assert stats.row_correlation(x, y[::-1]) < 0
+    assert math.isnan(stats.row_correlation(x[:2], y[:2]))  # two seeds: no correlation
+    with pytest.raises(ValueError, match="one shape"):
+        stats.paired_difference(x, y[:2])
+
+
 def test_tost_calls_a_tie_only_inside_the_margin():
     # d = .05, se = sqrt(2 * .01 / 3) = .08165, df = 4: the upper one-sided test has
     # t = (.05 - .1) / .08165 = -.612, p = .287: not shown equivalent within 10 points.

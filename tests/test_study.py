@@ -454,3 +454,21 @@ def test_a_module_named_by_path_is_shown_by_its_own_name():
     config = {"credit": "credit.exact_source:HCAPOExact", "trainer": "policy_gradient"}
     assert study.method_name(config) == "hcapo_exact"
     assert study.method_name({**config, "reward_channel": "outcome"}) == "hcapo_exact on outcome"
+
+
+def test_the_report_reads_each_pair_seed_by_seed_apart_from_its_verdicts(tmp_path):
+    """hcapo beats grpo by one evaluation episode of four at every seed while both rows
+    spread over the seeds: the seed-by-seed reading is exact (-25 points, r = 1), the
+    Welch interval is wide, and the verdict stays the stated analysis's."""
+    runs = tmp_path / "runs"
+    curve = [0.0, 0.5, 0.9, 1.0]
+    for seed, success in enumerate((1, 2, 3)):
+        write_run(runs, f"g{seed}", seed, "grpo", curve, success)
+        write_run(runs, f"h{seed}", seed, "hcapo", curve, success + 1)
+    out = tmp_path / "report"
+    assert study.main(["--runs", str(runs), "--out", str(out)]) == 0
+    text = (out / "study.md").read_text()
+    seed_by_seed = text[text.index("### Seed by seed") :]
+    assert "| KeyDoor-v0 | grpo | hcapo | 3 | -25.0 [-25.0, -25.0] | 1.00 |" in seed_by_seed
+    welch = next(line for line in text.splitlines() if line.startswith("| KeyDoor-v0 | grpo |"))
+    assert "-25.0 [-25.0, -25.0]" not in welch and "inconclusive" in welch
