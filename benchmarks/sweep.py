@@ -198,10 +198,22 @@ def task_of(config: RunConfig) -> tuple[Any, ...]:
     return (config.env, config.faults, config.env_options, config.max_episode_steps)
 
 
-def run_cell(config: RunConfig) -> str:
+def run_cell(config: RunConfig, expected_name: str | None = None) -> str:
     """One configuration in a Ray worker: `benchmarks.run.run`, which resumes whatever
-    the folder holds (a retry after the worker died continues, repeating nothing)."""
+    the folder holds (a retry after the worker died continues, repeating nothing).
+
+    `expected_name`: the run's name as the sweep's driver resolved it. A CPU run's
+    `dtype = "fast"` resolves by the processor it runs on, so a worker on a node whose
+    processor resolves otherwise would write another folder in other arithmetic: it
+    refuses instead (a cluster of mixed processors, `check_one_precision`)."""
     try:
+        if expected_name is not None and run_name(config) != expected_name:
+            raise UsageError(
+                f"{expected_name}: this node resolves dtype={config.dtype!r} to "
+                f"{run_identity(config)['dtype']} ({cpu_features()}), the sweep's driver "
+                f"otherwise; run the sweep where every node computes in one precision, or "
+                f"give an explicit --dtype"
+            )
         return run(config).name
     finally:
         # Ray reuses the worker for other tasks: what a task started ends with it, as the
@@ -230,7 +242,8 @@ def run_on_ray(configs: Sequence[RunConfig], sweep: SweepConfig) -> list[str]:
     remote_cell = ray.remote(run_cell)
     pending = {}
     for config in configs:
-        pending[remote_cell.options(**ray_task_options(config, sweep)).remote(config)] = config
+        options = ray_task_options(config, sweep)
+        pending[remote_cell.options(**options).remote(config, run_name(config))] = config
         print(f"submitted {run_name(config)}", flush=True)
     failures, ended = [], 0
     while pending:

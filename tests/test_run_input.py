@@ -266,3 +266,22 @@ def test_a_sweep_begun_in_another_precision_stops_before_starting_a_second_grid(
     (out / twin).rmdir()
     assert sweep.main(argv) == 0
     assert sorted(p.name for p in out.iterdir()) == sorted([run_name(first), run_name(second)])
+
+
+def test_a_ray_task_on_a_node_that_resolves_another_precision_refuses_its_run(tmp_path):
+    """The driver names each run by its own processor; a worker whose processor resolves
+    `dtype = "fast"` otherwise computes another name and refuses, writing nothing (here
+    the driver's name is that of the other precision)."""
+    import dataclasses
+
+    from creditgym.benchmarks.cli import UsageError
+    from creditgym.benchmarks.run_identity import hashed_name, run_identity
+
+    smoke = sweep.load_sweep(REPO / "benchmarks/configs/smoke.toml", tmp_path)[0]
+    config = dataclasses.replace(smoke, dtype="fast")
+    here = run_identity(config)["dtype"]
+    other = "bfloat16-products" if here == "float32" else "float32"
+    driver_name = hashed_name(config, {**run_identity(config), "dtype": other})
+    with pytest.raises(UsageError, match=f"this node resolves dtype='fast' to {here}"):
+        sweep.run_cell(config, driver_name)
+    assert not any(tmp_path.iterdir())
