@@ -34,12 +34,19 @@ DTYPES: dict[str, torch.dtype] = {
 BFLOAT16_PRODUCTS = "bfloat16-products"
 
 
+# `--dtype` values resolved by the device and processor a run lands on (`resolve_dtype`),
+# and what they can resolve to: the same settings name another run folder on a machine
+# that resolves them otherwise.
+PER_MACHINE_DTYPES = ("auto", "fast")
+MACHINE_RESOLVED_DTYPES = ("float32", "bfloat16", BFLOAT16_PRODUCTS)
+
+
 def resolve_dtype(dtype: str, device: str, model: str) -> str:
     """The precision a run computes in: `dtype` as given, or for `auto` float32 on a CPU
     and bfloat16 on CUDA; for `fast` on a CPU, `BFLOAT16_PRODUCTS` where the processor
     multiplies bfloat16 natively and the model trains a LoRA adapter (full fine-tuning
     keeps float32: an optimiser must not step bfloat16 weights), else float32."""
-    if dtype not in ("auto", "fast"):
+    if dtype not in PER_MACHINE_DTYPES:
         return dtype
     if device.startswith("cuda"):
         return "bfloat16"

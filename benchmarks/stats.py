@@ -182,10 +182,10 @@ def t_interval(scores: np.ndarray, confidence: float = CONFIDENCE) -> Interval:
 def paired_difference(x: np.ndarray, y: np.ndarray, confidence: float = CONFIDENCE) -> Interval:
     """Student-t interval of mean(X - Y) over two (runs, tasks) matrices whose rows are
     matched: row i of each is one seed, whose runs share that seed's random streams
-    (common random numbers). The n per-seed differences are the
-    draws (`t_interval` of X - Y, n - 1 degrees of freedom); where the two methods' runs at
-    a seed move together, the interval is narrower than Welch's (`mean_difference`), where
-    they do not, wider (fewer degrees of freedom)."""
+    (common random numbers). The n per-seed differences are the draws (`t_interval` of
+    X - Y, n - 1 degrees of freedom); where the two methods' runs at a seed move together,
+    the interval is narrower than Welch's (`mean_difference`), where they do not, wider
+    (fewer degrees of freedom)."""
     if x.shape != y.shape:
         raise ValueError(f"paired matrices must have one shape, got {x.shape} and {y.shape}")
     return t_interval(x - y, confidence)

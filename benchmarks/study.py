@@ -890,12 +890,12 @@ def markdown(
             "",
             "The runs of one seed share its random streams (methods of one group size train "
             "on the same tasks), so a pair can also be read seed by seed: X - Y as the mean "
-            "of the per-seed "
-            "differences with its Student-t 95 % interval over the seeds (n - 1 degrees of "
-            "freedom), and r, the correlation of the two rows over the seeds. Where r is "
-            "high the paired interval is narrower than the Welch interval above; where it is "
-            "not, wider. Not part of the verdicts: the analysis above is the one stated "
-            "before the runs; this is a lead for a study that states a paired analysis first.",
+            "of the per-seed differences with its Student-t 95 % interval over the seeds "
+            "(n - 1 degrees of freedom), and r, the correlation of the two rows over the "
+            "seeds. Where r is high the paired interval is narrower than the Welch interval "
+            "above; where it is not, wider. Not part of the verdicts: the analysis above is "
+            "the one stated before the runs; this is a lead for a study that states a paired "
+            "analysis first.",
             "",
             *paired_table(pairs),
             "",

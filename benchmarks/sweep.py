@@ -60,7 +60,7 @@ from creditgym.agents.precision import cpu_features
 from creditgym.agents.rollout import close_workers
 from creditgym.benchmarks import leaderboard
 from creditgym.benchmarks.cli import UsageError, exit_on_usage_error, lookup, suggest
-from creditgym.benchmarks.common import BFLOAT16_PRODUCTS
+from creditgym.benchmarks.common import MACHINE_RESOLVED_DTYPES, PER_MACHINE_DTYPES
 from creditgym.benchmarks.lock import LockHeldError
 from creditgym.benchmarks.run import run
 from creditgym.benchmarks.run_config import PRESETS, RunConfig
@@ -243,8 +243,8 @@ def run_on_ray(configs: Sequence[RunConfig], sweep: SweepConfig) -> list[str]:
     pending = {}
     for config in configs:
         options = ray_task_options(config, sweep)
-        pending[remote_cell.options(**options).remote(config, run_name(config))] = config
-        print(f"submitted {run_name(config)}", flush=True)
+        pending[remote_cell.options(**options).remote(config, options["name"])] = config
+        print(f"submitted {options['name']}", flush=True)
     failures, ended = [], 0
     while pending:
         [ref], _ = ray.wait(list(pending), num_returns=1)
@@ -282,11 +282,6 @@ def check_ray_options(sweep: SweepConfig, configs: Sequence[RunConfig]) -> None:
         )
 
 
-# What a run's `dtype` can resolve to on some device and processor
-# (benchmarks/common.py resolve_dtype); each names another folder for the same settings.
-RESOLVED_PRECISIONS = ("float32", "bfloat16", BFLOAT16_PRODUCTS)
-
-
 def check_one_precision(configs: Sequence[RunConfig]) -> None:
     """UsageError where `--out` already holds one of `configs` computed in another
     precision than its `dtype` (`auto`, `fast`) resolves to here.
@@ -295,11 +290,11 @@ def check_one_precision(configs: Sequence[RunConfig]) -> None:
     would start a second grid in other arithmetic beside the first (the study names each
     precision's rows apart, so neither would finish). Refused before any run starts."""
     for config in configs:
-        if config.name or config.dtype not in ("auto", "fast"):
+        if config.name or config.dtype not in PER_MACHINE_DTYPES:
             continue
         identity = run_identity(config)
         here = identity["dtype"]
-        for precision in RESOLVED_PRECISIONS:
+        for precision in MACHINE_RESOLVED_DTYPES:
             twin = hashed_name(config, {**identity, "dtype": precision})
             if precision != here and (config.out / twin).exists():
                 raise UsageError(
