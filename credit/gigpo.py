@@ -131,12 +131,11 @@ class GiGPO(ConventionModule):
         anchored_steps = num_anchor_groups = 0
         for members in groups.values():
             anchors: dict[str, list[tuple[int, int]]] = defaultdict(list)
-            # Step-major, the order of verl-agent's batch rows (a float32 mean depends on it).
-            longest = max(trajectories[i].length for i in members)
-            for t in range(longest):
-                for i in members:
-                    if t < trajectories[i].length:
-                        anchors[trajectories[i].steps[t].observation].append((i, t))
+            # Trajectory-major, the order of verl-agent's batch rows (its rollout loop emits
+            # each environment's steps in turn; a float32 mean depends on the order).
+            for i in members:
+                for t, step in enumerate(trajectories[i].steps):
+                    anchors[step.observation].append((i, t))
             for positions in anchors.values():
                 if len(positions) < 2:
                     continue  # a singleton anchor group: its step term is 0 (the paper)

@@ -148,13 +148,11 @@ def group_members(trajectories: Sequence[Trajectory]) -> dict[str, list[int]]:
 
 
 def statistics_rows(values: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-    """[sum(weights)] values[j] repeated weights[j] times, step-major: every trajectory's
-    first row, then every second row, ... -- the order of verl-agent's batch, which a
-    float32 sum depends on. With unit weights, `values` in its own order."""
-    counts = weights.numpy()
-    owner = np.repeat(np.arange(counts.size), counts)
-    step = np.arange(owner.size) - np.repeat(np.cumsum(counts) - counts, counts)
-    return values[torch.from_numpy(owner[np.lexsort((owner, step))])]
+    """[sum(weights)] values[j] repeated weights[j] times, trajectory-major: every row of
+    the first trajectory, then every row of the second, ... -- the order of verl-agent's
+    batch (`gather_rollout_data` emits each environment's steps in turn), which a float32
+    sum depends on. With unit weights, `values` in its own order."""
+    return values.repeat_interleave(weights)
 
 
 def group_normalised(
