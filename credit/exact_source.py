@@ -55,8 +55,11 @@ from creditgym.credit.hp_rlvr import HPRLVR
 from creditgym.credit.policy_evaluation import TableSource, task_truths
 from creditgym.envs.mdp import FiniteMDP
 
-# Besides a method's own reads: each step's exact state (its info) and the MDP.
-EXACT_READS = frozenset({"mdp_state", "env_labels"})
+# Besides a method's own reads: each step's exact state (its info) and the MDP, and the
+# rewards of the steps before it on the run's channel (the return so far, r_<t, on which
+# `ExactHindsight.verdict_row` conditions the verdict: `step_trie`). HP-RLVR's own credit
+# reads no per-step reward; its exact class does.
+EXACT_READS = frozenset({"mdp_state", "env_labels", "step_rewards"})
 
 
 class ExactSource:

@@ -18,7 +18,8 @@ phase, the turns left and what the agent carries, so a prompt without history su
 `info` (see `envs/__init__.py`): `success`, `task_id` ("keydoor-<n>"), `task`,
 `admissible_commands` (empty once the episode ended), `key_step` (this step took the
 key, or opened the door holding it), `feedback` (at the end: the verdict, never which
-step mattered, unless `causal_feedback`), `expert_action` (the optimal command; absent
+step mattered, unless `causal_feedback`; with `verdict_feedback=False` not the verdict
+either, only what the agent saw happen), `expert_action` (the optimal command; absent
 once the episode ended), `steps`, `phase`, and the true states `mdp_state` /
 `mdp_next_state` of `finite_mdp()` (see `envs.mdp`).
 """
@@ -85,6 +86,14 @@ class KeyDoorEnv(gym.Env[str, str]):
             key from the room, and you took the lamp instead"), as in the earlier text; off,
             it states the verdict only. A hindsight credit module shown the causal text
             reads the env's label instead of assigning credit.
+        verdict_feedback: the final feedback states the env's verdict ("solved" / "not
+            solved"), the text of every committed run; false: it says only what the agent
+            saw happen (it opened the door, or the turns ran out), never whether the key
+            was carried. The verdict is noise-free where the `return` channel's apples are
+            not, so a module that shows the feedback (the hindsight block of HCAPO and
+            HP-RLVR) reads more than the channel on that channel unless this is false
+            (docs/credit.md, "Reward channels and verdicts"). It cannot be false with
+            `causal_feedback`, which states the verdict and its cause.
         render_mode: None or "ansi" (the last observation).
     """
 
@@ -97,6 +106,7 @@ class KeyDoorEnv(gym.Env[str, str]):
         num_objects: int = DEFAULT_NUM_OBJECTS,
         max_steps: int | None = None,
         causal_feedback: bool = False,
+        verdict_feedback: bool = True,
         render_mode: str | None = None,
     ) -> None:
         if not isinstance(delay, int) or delay < 0:
@@ -114,6 +124,10 @@ class KeyDoorEnv(gym.Env[str, str]):
             raise ValueError(f"max_steps must be a positive integer, got {max_steps!r}")
         if not isinstance(causal_feedback, bool):
             raise ValueError(f"causal_feedback must be true or false, got {causal_feedback!r}")
+        if not isinstance(verdict_feedback, bool):
+            raise ValueError(f"verdict_feedback must be true or false, got {verdict_feedback!r}")
+        if causal_feedback and not verdict_feedback:
+            raise ValueError("causal_feedback states the verdict: it needs verdict_feedback=true")
         if render_mode not in (None, "ansi"):
             raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
         self.delay = delay
@@ -121,6 +135,7 @@ class KeyDoorEnv(gym.Env[str, str]):
         self.num_objects = num_objects
         self.max_steps = max_steps
         self.causal_feedback = causal_feedback
+        self.verdict_feedback = verdict_feedback
         self.render_mode = render_mode
         self.observation_space = text_space(OBSERVATION_MAX_CHARS)
         self.action_space = text_space(ACTION_MAX_CHARS)
@@ -196,6 +211,12 @@ class KeyDoorEnv(gym.Env[str, str]):
             return ""
         if self.causal_feedback:
             return self._causal_feedback(state, outcome)
+        if not self.verdict_feedback:
+            # What the agent's own last action and turn count show; the same text whether
+            # or not the door opened for it.
+            if outcome.terminated:
+                return "You tried the door."
+            return f"Step limit ({self.max_steps}) reached before the door was tried."
         if outcome.success:
             return "The door opened and you stepped through: solved."
         if outcome.terminated:

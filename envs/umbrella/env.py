@@ -16,7 +16,8 @@ umbrella; on the walk it walks on. Reaching `max_steps` before the end truncates
 `info` (see `envs/__init__.py`): `success` (the final reward was +1), `task_id`
 ("umbrella-<n>"), `task`, `admissible_commands` (empty once the episode ended),
 `key_step` (the first step, when its choice matched the forecast), `feedback` (at the
-end: the verdict and the weather, never which step mattered, unless `causal_feedback`),
+end: the verdict and the weather, never which step mattered, unless `causal_feedback`;
+with `verdict_feedback=False` the weather only),
 `expert_action` (absent once the episode ended), `steps`, `forecast` ("rain" or
 "sunshine": the episode's, to split success by; no prompt shows it), and the
 true states `mdp_state` / `mdp_next_state` of `finite_mdp()` (see `envs.mdp`).
@@ -84,6 +85,14 @@ class UmbrellaEnv(gym.Env[str, str]):
             the reward, as in the earlier text; off, it states the verdict and the weather
             only. A hindsight credit module shown the causal text reads the env's label
             instead of assigning credit.
+        verdict_feedback: the final feedback states the env's verdict and the final
+            reward ("+1: solved" / "-1: not solved"), the text of every committed run;
+            false: it says only what the agent saw happen (the weather at work, or that
+            the turns ran out). The verdict is noise-free where the `return` channel's
+            coins are not, so a module that shows the feedback (the hindsight block of
+            HCAPO and HP-RLVR) reads more than the channel on that channel unless this is
+            false (docs/credit.md, "Reward channels and verdicts"). It cannot be false
+            with `causal_feedback`, which states the verdict and its cause.
         render_mode: None or "ansi" (the last observation).
     """
 
@@ -97,6 +106,7 @@ class UmbrellaEnv(gym.Env[str, str]):
         forecast_visible: bool = False,
         forecast_per_replica: bool = False,
         causal_feedback: bool = False,
+        verdict_feedback: bool = True,
         render_mode: str | None = None,
     ) -> None:
         if not isinstance(length, int) or length < 1:
@@ -114,10 +124,13 @@ class UmbrellaEnv(gym.Env[str, str]):
             "forecast_visible": forecast_visible,
             "forecast_per_replica": forecast_per_replica,
             "causal_feedback": causal_feedback,
+            "verdict_feedback": verdict_feedback,
         }
         for name, value in switches.items():
             if not isinstance(value, bool):
                 raise ValueError(f"{name} must be true or false, got {value!r}")
+        if causal_feedback and not verdict_feedback:
+            raise ValueError("causal_feedback states the verdict: it needs verdict_feedback=true")
         if render_mode not in (None, "ansi"):
             raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
         self.length = length
@@ -126,6 +139,7 @@ class UmbrellaEnv(gym.Env[str, str]):
         self.forecast_visible = forecast_visible
         self.forecast_per_replica = forecast_per_replica
         self.causal_feedback = causal_feedback
+        self.verdict_feedback = verdict_feedback
         self.render_mode = render_mode
         self.observation_space = text_space(OBSERVATION_MAX_CHARS)
         self.action_space = text_space(ACTION_MAX_CHARS)
@@ -210,9 +224,13 @@ class UmbrellaEnv(gym.Env[str, str]):
         if self.causal_feedback:
             return self._causal_feedback(state, command, outcome)
         if outcome.truncated:
+            if not self.verdict_feedback:
+                return f"Step limit ({self.max_steps}) reached before work."
             return f"Step limit ({self.max_steps}) reached before work: not solved."
         # The weather at work is what the final observation shows, not a label of a step.
         weather = "in the rain" if state.rain else "in sunshine"
+        if not self.verdict_feedback:
+            return f"You reached work {weather}."
         verdict = "+1: solved" if outcome.success else "-1: not solved"
         return f"You reached work {weather}; the final reward was {verdict}."
 
