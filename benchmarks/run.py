@@ -4,19 +4,24 @@
     python -m benchmarks.run --env alfworld --credit hp_rlvr   # one method on ALFWorld
     python -m benchmarks.run --model expert --credit none      # scripted baseline, eval only
     python -m benchmarks.run --preset paper --device cuda      # the papers' settings
+    python -m benchmarks.run --preset demo --population 8      # seeds 0-7 in one process
 
 Each run writes `results/local/runs/<run-name>/` (layout in `benchmarks/records.py`); the run
 name is derived from the configuration, so the same command finds the same folder and
 resumes a killed run without losing or repeating evaluation episodes.
 
-This module parses the command line and orchestrates a run; each concern has its module:
+This module parses the command line and orchestrates a run, or a population of runs (the
+seeds of one configuration in one process, `--population`); each concern has its module:
 `run_config` (the options), `run_settings` (what they resolve to), `run_identity` (the run
 name and leaderboard row), `run_validate` (checks before any work), `run_build` (names
-turned into objects, through dict registries), `run_train`, `run_eval` and `run_samples`.
+turned into objects, through dict registries), `run_train`, `run_eval`, `run_samples` and
+`run_population` (a population's members, checks and outcomes).
 """
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import dataclasses
 import json
 import logging
@@ -25,7 +30,8 @@ import shlex
 import shutil
 import sys
 import time
-from collections.abc import Sequence
+import traceback
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import torch
@@ -37,13 +43,31 @@ from creditgym.benchmarks import common, lock, records
 from creditgym.benchmarks.cli import UsageError, exit_on_usage_error, lookup
 from creditgym.benchmarks.run_build import SCRIPTED_AGENTS, load_policy, load_trained_policy
 from creditgym.benchmarks.run_config import PRESETS, RunConfig
-from creditgym.benchmarks.run_eval import evaluate, format_summary, missing_episodes, summarize
+from creditgym.benchmarks.run_eval import (
+    evaluate,
+    format_summary,
+    is_finished,
+    missing_episodes,
+    summarize,
+)
 from creditgym.benchmarks.run_identity import (
     method_config,
     method_fields,
     method_label,
     run_identity,
     run_name,
+)
+from creditgym.benchmarks.run_population import (
+    BAD_INPUT_ERRORS,
+    MemberOutcome,
+    check_population,
+    exit_status,
+    failed_outcome,
+    finished_outcome,
+    member_configs,
+    plan_prefix,
+    population_record,
+    progress_line,
 )
 from creditgym.benchmarks.run_samples import write_samples
 from creditgym.benchmarks.run_settings import (
@@ -110,8 +134,11 @@ BOOKKEEPING_FILES = frozenset(
 )
 
 
-def prepare_run_dir(cfg: RunConfig) -> Path:
-    """Create the run folder with config.json and provenance.json (kept on resume)."""
+def prepare_run_dir(cfg: RunConfig, population: RunConfig | None = None) -> Path:
+    """Create the run folder with config.json and provenance.json (kept on resume).
+
+    `population`: the population `cfg` is a member of (benchmarks/run_population.py),
+    whose command commands.txt records and whose seeds a fresh provenance.json names."""
     run_dir = cfg.out / run_name(cfg)
     played = game_set(cfg)
     config = {
@@ -133,10 +160,14 @@ def prepare_run_dir(cfg: RunConfig) -> Path:
     # split), which the name's hash ignores; the latest request is what config.json shows.
     records.atomic_write_json(run_dir / records.CONFIG_FILE, config)
     # Every command that worked in this folder (a resume, a longer evaluation), in order.
+    command = command_line(cfg if population is None else population)
     with open(run_dir / records.COMMANDS_FILE, "a", encoding="utf-8") as handle:
-        handle.write(f"{time.strftime('%Y-%m-%dT%H:%M:%S%z')} {command_line(cfg)}\n")
+        handle.write(f"{time.strftime('%Y-%m-%dT%H:%M:%S%z')} {command}\n")
     if not (run_dir / records.PROVENANCE_FILE).exists():
-        records.atomic_write_json(run_dir / records.PROVENANCE_FILE, records.provenance(REPO_ROOT))
+        provenance = records.provenance(REPO_ROOT)
+        if population is not None:
+            provenance["population"] = population_record(population, command)
+        records.atomic_write_json(run_dir / records.PROVENANCE_FILE, provenance)
     return run_dir
 
 
@@ -172,9 +203,25 @@ class IncompleteRunError(RuntimeError):
     """A run whose evaluation lost episodes: it is left unfinished, to be resumed."""
 
 
+@contextlib.contextmanager
+def removed_if_unstarted(run_dir: Path, fresh: bool) -> Iterator[None]:
+    """Remove `run_dir` when it is `fresh` (absent before its lock was taken: entered
+    inside the lock, so another writer's folder is never removed) and the block fails
+    before producing anything (a bad model path): a folder holding only
+    BOOKKEEPING_FILES would look like a started run to the leaderboard or a sweep."""
+    try:
+        yield
+    except BaseException:
+        if fresh and run_dir.is_dir() and {p.name for p in run_dir.iterdir()} <= BOOKKEEPING_FILES:
+            shutil.rmtree(run_dir, ignore_errors=True)
+        raise
+
+
 def run(cfg: RunConfig) -> Path:
     """Validate, train (or resume), evaluate, write samples and the summary; returns the
     run folder."""
+    if cfg.population != 1:
+        raise UsageError("run() trains one seed; run_population() trains a population")
     validate(cfg)
     # The options as parsed, in their one spelling, from here on: config.json, the
     # replay command and the study's row names show what the run identity hashes.
@@ -185,21 +232,77 @@ def run(cfg: RunConfig) -> Path:
     fresh = not run_dir.exists()
     # One writer per run folder, taken before any work: a second invocation of the same
     # run exits 2 naming this one (benchmarks/lock.py).
-    with lock.hold(lock.run_folder_lock(run_dir), str(run_dir)):
-        try:
-            policy = (
-                None
-                if cfg.model in SCRIPTED_AGENTS
-                else load_policy(cfg.model, cfg.device, model_dtype(cfg))
-            )
-            print(plan_line(cfg, env_id, policy), flush=True)
-            return run_in(cfg, env_id, prepare_run_dir(cfg), policy)
-        except BaseException:
-            # A run that fails before producing anything (a bad model path) leaves no folder
-            # behind that would look like a started run to the leaderboard or a sweep.
-            if fresh and {p.name for p in run_dir.iterdir()} <= BOOKKEEPING_FILES:
-                shutil.rmtree(run_dir, ignore_errors=True)
-            raise
+    with (
+        lock.hold(lock.run_folder_lock(run_dir), str(run_dir)),
+        removed_if_unstarted(run_dir, fresh),
+    ):
+        policy = starting_policy(cfg)
+        print(plan_line(cfg, env_id, policy), flush=True)
+        return run_in(cfg, env_id, prepare_run_dir(cfg), policy)
+
+
+def starting_policy(cfg: RunConfig) -> LoadedModel | None:
+    """The policy a run starts from (None for a scripted agent)."""
+    if cfg.model in SCRIPTED_AGENTS:
+        return None
+    return load_policy(cfg.model, cfg.device, model_dtype(cfg))
+
+
+def run_population(cfg: RunConfig) -> list[MemberOutcome]:
+    """Train and evaluate the seeds seed..seed + population - 1 of `cfg` in this process
+    (benchmarks/run_population.py), each into the run folder of its single run; returns
+    each member's outcome, in seed order. A member that fails is reported in one line
+    and the others go on; bad input common to all (an option, a lock another process
+    holds on any member's folder) stops the population before any work."""
+    check_population(cfg)
+    members = member_configs(cfg)
+    for member in members:
+        validate(member)
+    # The options in their one spelling, as `run` does.
+    members = [dataclasses.replace(m, credit_options=canonical_credit_options(m)) for m in members]
+    torch.set_num_threads(cfg.threads)
+    env_id = common.env_id(cfg.env)
+    with contextlib.ExitStack() as held:
+        # Every member's folder lock before any work: a population (or single run) covering
+        # one of these seeds elsewhere is refused at once, naming its holder.
+        fresh = {}
+        for member in members:
+            run_dir = member.out / run_name(member)
+            fresh[member.seed] = not run_dir.exists()
+            held.enter_context(lock.hold(lock.run_folder_lock(run_dir), str(run_dir)))
+            held.enter_context(removed_if_unstarted(run_dir, fresh[member.seed]))
+        # Built once; each member trains a copy, so every member starts from the weights
+        # its single run loads (`small` is built from a fixed seed, not the run's).
+        policy = starting_policy(cfg)
+        print(plan_prefix(cfg) + plan_line(members[0], env_id, policy), flush=True)
+        outcomes = []
+        for member in members:
+            outcomes.append(run_member(member, cfg, env_id, policy, fresh[member.seed]))
+            print(progress_line(cfg, outcomes), flush=True)
+    return outcomes
+
+
+def run_member(
+    member: RunConfig,
+    population: RunConfig,
+    env_id: str,
+    policy: LoadedModel | None,
+    fresh: bool,
+) -> MemberOutcome:
+    """One member of `population` (its folder lock held; `fresh`: the folder was absent
+    before): skipped when finished, else its single run on a copy of `policy`; a failure
+    becomes its outcome, not an error."""
+    run_dir = member.out / run_name(member)
+    try:
+        if not is_finished(member):
+            with removed_if_unstarted(run_dir, fresh):
+                own_policy = copy.deepcopy(policy)
+                run_in(member, env_id, prepare_run_dir(member, population), own_policy)
+        return finished_outcome(member.seed, run_dir)
+    except Exception as error:
+        if not isinstance(error, (*BAD_INPUT_ERRORS, IncompleteRunError)):
+            traceback.print_exc()  # a bug: the whole story, then the one line with the others
+        return failed_outcome(member.seed, run_dir, error)
 
 
 def run_in(cfg: RunConfig, env_id: str, run_dir: Path, policy: LoadedModel | None) -> Path:
@@ -261,8 +364,15 @@ def run_in(cfg: RunConfig, env_id: str, run_dir: Path, policy: LoadedModel | Non
 @exit_on_usage_error
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `python -m benchmarks.run`."""
+    cfg = parse_config(argv)
+    if cfg.population > 1:
+        outcomes = run_population(cfg)
+        for outcome in outcomes:
+            if outcome.error is not None:
+                print(f"error: seed {outcome.seed} stopped: {outcome.error}", file=sys.stderr)
+        return exit_status(outcomes)
     try:
-        run(parse_config(argv))
+        run(cfg)
     except NonFiniteError as error:  # a NaN reward or loss is bad input: one line, exit 2
         raise UsageError(str(error)) from error
     except DamagedFileError as error:  # a corrupt record or checkpoint: one line, exit 2

@@ -145,6 +145,11 @@ class RunConfig:
     joins (RAY_ADDRESS, else a local Ray); the same episodes either way, so not part of the
     run name. auto: inline for KeyDoor and Umbrella (registered `in_process`), else a
     process."""
+    population: int = 1
+    """Train the seeds `seed`, `seed + 1`, ..., `seed + population - 1` of this
+    configuration in one process (benchmarks/run_population.py): one start-up, and each
+    seed's run folder the same as its single run's (its provenance.json names the
+    population); 1: the single run of `seed`. Not part of the run name."""
 
 
 # Iterations of the demo preset: enough for `small` to learn KeyDoor's key at delay 8.
@@ -198,5 +203,6 @@ NON_IDENTITY_FIELDS = frozenset(
         "generation_cache_gib",  # speed only: cached or recomputed, the same credit
         "env_workers",  # where the envs run, not what they play
         "threads",  # speed only
+        "population",  # which process trains a seed, not what the seed computes
     }
 )

@@ -1,0 +1,124 @@
+"""A population run: `python -m benchmarks.run ... --population K` trains the seeds
+seed, seed + 1, ..., seed + K - 1 of one configuration in one process.
+
+The population pays the per-run fixed costs once (imports, the policy's build and
+tokenizer, env registration and data checks) and trains its members one after another,
+each from its own copy of the starting weights. A member is the single run of its seed
+(`benchmarks.run.run_in`, in the run folder its configuration names): its own optimiser,
+gradient-norm clipping, random streams (every one a pure function of its seed,
+trainers/core.py), tasks, rollouts, credit groups, evaluation and checkpoints, so its
+folder holds the files and records its single run writes, whatever K and whichever
+seeds share its population; its provenance.json (when the population starts the
+folder) and commands.txt name the population. A member that fails (a NaN loss, a
+damaged file) is stopped and reported in one line; the others go on.
+
+This module holds the population's own pieces (its members, checks, outcomes and
+progress); `benchmarks/run.py: run_population` runs them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from creditgym.agents.atomic import DamagedFileError
+from creditgym.benchmarks import records
+from creditgym.benchmarks.cli import UsageError
+from creditgym.benchmarks.run_config import RunConfig
+from creditgym.credit.base import NonFiniteError
+
+# Exit status of a member stopped by bad input (a NaN loss or reward, a damaged record or
+# checkpoint, an option its env refuses): what the single run exits with on it.
+BAD_INPUT_STATUS = 2
+# Exit status of a member that failed otherwise (an evaluation that lost episodes, a bug).
+FAILED_STATUS = 1
+# Errors that are a member's input, not the code: reported in one line, no traceback.
+BAD_INPUT_ERRORS = (NonFiniteError, DamagedFileError, UsageError)
+
+
+def check_population(cfg: RunConfig) -> None:
+    """UsageError on a population that cannot run: K < 1, or one `--name` for K folders."""
+    if cfg.population < 1:
+        raise UsageError(f"--population must be >= 1 (got {cfg.population})")
+    if cfg.population > 1 and cfg.name:
+        raise UsageError(
+            "--name names one run folder; a population writes one per seed under derived "
+            "names: leave --name unset"
+        )
+
+
+def population_seeds(cfg: RunConfig) -> list[int]:
+    """The seeds of `cfg`'s population: seed, seed + 1, ..., seed + population - 1."""
+    return list(range(cfg.seed, cfg.seed + cfg.population))
+
+
+def member_configs(cfg: RunConfig) -> list[RunConfig]:
+    """Each member's configuration: the single run of its seed (population 1), so that
+    its run name, config.json and identity are that run's."""
+    return [dataclasses.replace(cfg, seed=seed, population=1) for seed in population_seeds(cfg)]
+
+
+def population_record(cfg: RunConfig, command: str) -> dict[str, Any]:
+    """What a member's provenance.json says of the population that started its folder."""
+    return {"seeds": population_seeds(cfg), "command": command}
+
+
+class MemberOutcome(NamedTuple):
+    """How one member of a population ended."""
+
+    seed: int
+    run_dir: Path
+    status: int  # 0 finished; else the exit status its single run would give
+    error: str | None  # one line, when it failed
+    success_pct: float | None  # held-out success of its first split, when finished
+
+
+def finished_outcome(seed: int, run_dir: Path) -> MemberOutcome:
+    """The outcome of a member whose folder holds done.json (its summary's first split)."""
+    rows = records.read_json(run_dir / records.DONE_FILE)["summary"]
+    return MemberOutcome(seed, run_dir, 0, None, rows[0]["success_pct"] if rows else None)
+
+
+def failed_outcome(seed: int, run_dir: Path, error: BaseException) -> MemberOutcome:
+    """The outcome of a member stopped by `error`, with its one-line report."""
+    status = BAD_INPUT_STATUS if isinstance(error, BAD_INPUT_ERRORS) else FAILED_STATUS
+    text = (str(error).splitlines() or [""])[0]
+    if not isinstance(error, BAD_INPUT_ERRORS):
+        text = f"{type(error).__name__}: {text}"
+    return MemberOutcome(seed, run_dir, status, text, None)
+
+
+def seed_range(cfg: RunConfig) -> str:
+    """`seeds 0-7` (or `seed 3` for a population of one)."""
+    seeds = population_seeds(cfg)
+    return f"seed {seeds[0]}" if len(seeds) == 1 else f"seeds {seeds[0]}-{seeds[-1]}"
+
+
+def plan_prefix(cfg: RunConfig) -> str:
+    """What the population will do before the plan line of one member: its size, seeds
+    and memory (members train one after another: one run's, plus the starting weights)."""
+    return (
+        f"population of {cfg.population} ({seed_range(cfg)}), trained one after another "
+        "in this process (the memory of one run, plus one copy of the starting weights); "
+        "each: "
+    )
+
+
+def progress_line(cfg: RunConfig, outcomes: Sequence[MemberOutcome]) -> str:
+    """`population seeds 0-7: 3/8 done, 1 failed; mean held-out success 45.2 % over 2`."""
+    done = [o.success_pct for o in outcomes if o.status == 0 and o.success_pct is not None]
+    failed = sum(o.status != 0 for o in outcomes)
+    line = f"population {seed_range(cfg)}: {len(outcomes)}/{cfg.population} members ended"
+    if failed:
+        line += f", {failed} failed"
+    if done:
+        line += f"; mean held-out success {statistics.fmean(done):.1f} % over {len(done)}"
+    return line
+
+
+def exit_status(outcomes: Sequence[MemberOutcome]) -> int:
+    """The population's exit status: the largest of its members' (0 when all finished)."""
+    return max((o.status for o in outcomes), default=0)
