@@ -218,9 +218,26 @@ def _convert_smollm2(target: Path) -> None:
         staging.rename(target)
 
 
+def own_aligned_storage(model: torch.nn.Module) -> None:
+    """Give every parameter and buffer of `model` its own freshly allocated storage.
+
+    `from_pretrained` leaves CPU tensors inside the safetensors file's buffer, at the
+    offsets its header puts them (`data_ptr() % 64 == 24` for `small`), where a tensor
+    torch allocates starts on a 64-byte boundary. CPU kernels pick their vectorised paths
+    by alignment, and two paths round differently: a policy reloaded from `final/` gave one
+    log-prob one float32 step off the policy that was trained, so `samples.jsonl` of a
+    resumed run differed. A copy puts the weights where the trained ones were, so a
+    reloaded policy computes what the trained one did. Tied weights stay tied (one
+    `Parameter`, its data replaced once)."""
+    with torch.no_grad():
+        for tensor in (*model.parameters(), *model.buffers()):
+            tensor.data = tensor.data.clone(memory_format=torch.contiguous_format)
+
+
 def _from_folder(name: str, folder: str | Path, device: str, dtype: torch.dtype) -> LoadedModel:
     tokenizer = AutoTokenizer.from_pretrained(folder)
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype).to(device)
+    own_aligned_storage(model)
     model.eval()
     if tokenizer.pad_token_id is None:
         # Padding is always masked out; any id works, EOS is the conventional choice.

@@ -92,10 +92,15 @@ def normalise_rows(scores: list[torch.Tensor], groups: list, with_std: bool, sin
     statistics = {}
     for group, values in members.items():
         if len(values) == 1:
-            mean = torch.tensor(0.0) if singleton_mean == "zero" else torch.mean(torch.tensor(values))
+            mean = (
+                torch.tensor(0.0) if singleton_mean == "zero" else torch.mean(torch.tensor(values))
+            )
             statistics[group] = (mean, torch.tensor(1.0))
         else:
-            statistics[group] = (torch.mean(torch.tensor(values)), torch.std(torch.tensor([values])))
+            statistics[group] = (
+                torch.mean(torch.tensor(values)),
+                torch.std(torch.tensor([values])),
+            )
     advantages = []
     for score, group in zip(scores, groups, strict=True):
         mean, std = statistics[group]
@@ -137,9 +142,7 @@ def verl_agent_gigpo(
     # Anchor groups: a task's rows with the same observation (exact match).
     anchors = [(batch[i].group_id, batch[i].steps[t].observation) for i, t in rows]
     step_terms = normalise_rows(step_scores, anchors, with_std, singleton_mean="own")
-    return {
-        row: episode[row] + omega * term for row, term in zip(rows, step_terms, strict=True)
-    }
+    return {row: episode[row] + omega * term for row, term in zip(rows, step_terms, strict=True)}
 
 
 def creditgym_rows(step_advantages: list[np.ndarray]) -> dict:
