@@ -52,7 +52,7 @@ import shlex
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -66,7 +66,7 @@ from creditgym.benchmarks import common, lock
 from creditgym.benchmarks.cli import UsageError, exit_on_usage_error
 from creditgym.benchmarks.records import JsonlAppender, iter_jsonl
 from creditgym.credit.base import build
-from creditgym.credit.exact_source import EXACT_CLASSES
+from creditgym.credit.exact_source import EXACT_CLASSES, EXACT_OPTIONS
 from creditgym.measure.decomposition import agreement_row, calibration, calibration_row, on_channel
 from creditgym.measure.ground_truth import TaskMDPs
 from creditgym.measure.pools import (
@@ -214,12 +214,24 @@ def class_path(cls: type) -> str:
 
 # The options a cell's numbers depend on (besides its setting, model and pool).
 NUMERIC_OPTIONS = ("modules", "channels", "group_size", "tasks", "bootstrap", "seed")
+# How a cell is scored, recorded in its config: 2 = exact divergences below
+# `credit.exact_hindsight.DIVERGENCE_TOL` are 0 (`credit.exact_source.EXACT_OPTIONS`) and
+# key steps whose |credit| <= `measure.truth_metrics.CREDIT_SIGN_TOL` are left out of the
+# sign agreement and counted apart. A cell without it was scored before (signed float
+# noise in the divergences, a zero credit counted as a disagreement): the command
+# computes it again instead of keeping it.
+SCORING_RULE = 2
 
 
 def cell_config(args: DecompositionArgs, pool: int) -> dict[str, Any]:
     """The options a cell's numbers depend on, as its JSON record reads back (lists)."""
     options = {"pool": pool, **{name: asdict(args)[name] for name in NUMERIC_OPTIONS}}
-    return json.loads(json.dumps(options))
+    return json.loads(json.dumps({**options, "rule": SCORING_RULE}))
+
+
+def current(record: Mapping[str, Any]) -> bool:
+    """Whether a cell was scored by the current `SCORING_RULE`."""
+    return record["config"].get("rule") == SCORING_RULE
 
 
 def run_cell(
@@ -256,7 +268,9 @@ def run_cell(
         for name in args.modules:
             classes = (EXACT_CLASSES[name], credit.resolve(name))
             for source, cls in zip(SOURCES, classes, strict=True):
-                credits = module_credits(cls, context, prepared.pool, args.group_size)
+                options = EXACT_OPTIONS.get(name) if source == "exact" else None
+                scored = context if options is None else replace(context, options=options)
+                credits = module_credits(cls, scored, prepared.pool, args.group_size)
                 rows.append(
                     {
                         "channel": channel,
@@ -306,7 +320,15 @@ UNDEFINED_NOTE = (
     f"{UNDEFINED}: undefined. `key steps` counts the pool's key steps (KeyDoor: taking "
     "the key); with none, there is no key step to sign. A pool in which no rollout "
     "succeeds pays 0 on the outcome channel at every step, so every module's credit is "
-    "0 there: nothing to correlate, no gradient to compare."
+    "0 there: nothing to correlate, no gradient to compare. `small credit exact / model`: "
+    "key steps whose |credit| <= 1e-6 (`measure.truth_metrics.CREDIT_SIGN_TOL`), left out "
+    "of `key_sign` (no sign to agree with); exact divergences below 1e-12 bits are 0 "
+    "(`credit.exact_hindsight.DIVERGENCE_TOL`)."
+)
+STALE_NOTE = (
+    "Rows marked `(earlier rule)` come from cells scored before that rule (signed float "
+    "noise in the exact divergences, a zero credit counted as a disagreement; no count of "
+    "small credit): this command computes them again when their model is run."
 )
 
 
@@ -315,7 +337,7 @@ def table_rows(cells: Sequence[Mapping[str, Any]]) -> tuple[list[dict], list[dic
     agreement, calibrated = [], []
     for cell in cells:
         key = {"setting": cell["setting"], "model": cell["model"], "pool": cell["config"]["pool"]}
-        agreement.extend({**key, **row} for row in cell["rows"])
+        agreement.extend({**key, **row, "current": current(cell)} for row in cell["rows"])
         calibrated.extend({**key, **row} for row in cell["calibration"])
     return agreement, calibrated
 
@@ -332,7 +354,7 @@ def markdown(cells: Sequence[Mapping[str, Any]], command: str) -> str:
             {
                 "channel": row["channel"],
                 "setting": row["setting"],
-                "model": row["model"],
+                "model": row["model"] + ("" if row["current"] else " (earlier rule)"),
                 "pool": str(row["pool"]),
                 "module": row["module"],
                 "key steps": str(int(row["key_steps"])),
@@ -340,8 +362,11 @@ def markdown(cells: Sequence[Mapping[str, Any]], command: str) -> str:
         )
         for metric in ("pearson", "key_sign", "cos"):
             entry[f"{metric} {row['source']}"] = plus_minus(row[metric], row[f"{metric}_se"])
+        small = row.get("key_small_credit")
+        entry[f"small credit {row['source']}"] = UNDEFINED if small is None else str(int(small))
     columns = ["channel", "setting", "model", "pool", "module", "key steps"]
     columns += [f"{m} {s}" for m in ("pearson", "key_sign", "cos") for s in SOURCES]
+    columns += [f"small credit {s}" for s in SOURCES]
     calibration_table = [
         {
             "channel": row["channel"],
@@ -364,7 +389,8 @@ def markdown(cells: Sequence[Mapping[str, Any]], command: str) -> str:
         "## Agreement with the exact advantage A (exact source / model source)\n\n"
         f"{format_table(list(wide.values()), columns)}\n\n"
         f"{UNDEFINED_NOTE}\n\n"
-        "## The model's hindsight against the exact one (visited steps)\n\n"
+        + (f"{STALE_NOTE}\n\n" if not all(current(cell) for cell in cells) else "")
+        + "## The model's hindsight against the exact one (visited steps)\n\n"
         f"{format_table(calibration_table, list(calibration_table[0]))}\n"
     )
 
@@ -377,7 +403,8 @@ def format_table(rows: Sequence[Mapping[str, str]], columns: Sequence[str]) -> s
 # The csv's columns, in this order whichever way the records were read back.
 CELL_KEY = ["setting", "model", "pool", "channel"]
 AGREEMENT_COLUMNS = [*CELL_KEY, "module", "source", "credit", "pearson", "pearson_se"]
-AGREEMENT_COLUMNS += ["key_sign", "key_sign_se", "key_steps", "cos", "cos_se", "batches"]
+AGREEMENT_COLUMNS += ["key_sign", "key_sign_se", "key_steps", "key_small_credit", "cos"]
+AGREEMENT_COLUMNS += ["cos_se", "batches", "current"]
 CALIBRATION_COLUMNS = [*CELL_KEY, "steps", "kl_model", "kl_model_se", "kl_policy"]
 CALIBRATION_COLUMNS += ["kl_policy_se", "ratio_pearson", "ratio_pearson_se", "ratio_sign"]
 CALIBRATION_COLUMNS += ["ratio_sign_se", "ratio_signed_steps"]
@@ -411,8 +438,12 @@ def run(args: DecompositionArgs, argv: Sequence[str]) -> Path:
         if args.fresh and path.exists():
             path.unlink()
         done = read_cells(path)
+        pools = dict(zip(args.models, args.pools, strict=True))
+        for key, record in list(done.items()):
+            if key[1] in pools and not current(record):
+                del done[key]  # scored by an earlier rule: computed again below
         for (setting, model), record in done.items():
-            pool = dict(zip(args.models, args.pools, strict=True)).get(model)
+            pool = pools.get(model)
             if pool is not None and record["config"] != cell_config(args, pool):
                 raise UsageError(
                     f"{path}: {setting} with {model} was written with other options "
@@ -440,9 +471,12 @@ def run(args: DecompositionArgs, argv: Sequence[str]) -> Path:
 def ordered(
     done: Mapping[tuple[str, str], Mapping[str, Any]], cells: Sequence[tuple[Setting, str, int]]
 ) -> list[Mapping[str, Any]]:
-    """The finished cells in run order."""
+    """The finished cells in run order, then the record's other cells (another model's,
+    kept in the tables when only some models run) in the record's order."""
     keys = [(setting.label, model) for setting, model, _ in cells]
-    return [done[key] for key in keys if key in done]
+    return [done[key] for key in keys if key in done] + [
+        record for key, record in done.items() if key not in keys
+    ]
 
 
 @exit_on_usage_error

@@ -364,11 +364,20 @@ def exact_step_logprobs(trie: StepTrie) -> tuple[np.ndarray, np.ndarray]:
         )
 
 
+# Below this JS divergence (bits) the policy and the exact hindsight at a trie node are
+# the same distribution up to float64 rounding: where they are equal, the children's
+# p log(p / m) terms cancel to about 1e-17 each, of either sign, while a divergence of
+# 1e-12 bits needs the two conditionals to differ by about 1e-6 (JS ~ (p - q)^2 / (8 ln 2)
+# for two children), far below anything a policy gradient resolves.
+DIVERGENCE_TOL = 1e-12
+
+
 def trie_divergences(
     sequences: Sequence[Sequence[int]],
     p: Sequence[float],
     q: Sequence[float],
     taken: int,
+    tol: float = 0.0,
 ) -> np.ndarray:
     """JS(p(. | y_<j) || q(. | y_<j)) / ln 2 at each token of sequence `taken`, [len] float64.
 
@@ -377,6 +386,11 @@ def trie_divergences(
     one): p and q are distributions over the sequences (the policy and the exact
     hindsight), their conditionals those of `trie_conditionals`. A node one of them gives
     no mass (0 / 0) has no conditional there; it contributes 0.
+
+    tol: a divergence below it is exactly 0, never negative (`DIVERGENCE_TOL` is the
+    stated one). 0.0 keeps the values as computed, float rounding included (about
+    +-1e-17 where q equals p, some negative): the arithmetic of the committed
+    `hp_rlvr_exact` runs (results/study_fair), kept as `HPRLVRExact`'s default.
     """
     mass_p, mass_q = _prefix_masses(sequences, p), _prefix_masses(sequences, q)
     path = tuple(sequences[taken])
@@ -393,4 +407,6 @@ def trie_divergences(
             kl_a = np.where(a > 0, a * np.log(a / m), 0.0).sum()
             kl_b = np.where(b > 0, b * np.log(b / m), 0.0).sum()
         divergences[j] = 0.5 * (kl_a + kl_b) / np.log(2.0)
+    if tol > 0.0:
+        divergences[divergences < tol] = 0.0
     return divergences

@@ -34,6 +34,7 @@ tokens must be its command's path in the trie), which the registry-wide contract
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
@@ -43,6 +44,7 @@ from creditgym.agents.models import LoadedModel
 from creditgym.agents.trajectory import Trajectory
 from creditgym.credit.base import CreditContext, exact_sources_of, options_of, verdict
 from creditgym.credit.exact_hindsight import (
+    DIVERGENCE_TOL,
     ExactHindsight,
     StepTrie,
     exact_hindsight,
@@ -51,7 +53,8 @@ from creditgym.credit.exact_hindsight import (
     trie_divergences,
 )
 from creditgym.credit.hcapo import HCAPO, HCAPOSeed, HCAPOSeedOptions
-from creditgym.credit.hp_rlvr import HPRLVR
+from creditgym.credit.hp_rlvr import HPRLVR, HPRLVROptions
+from creditgym.credit.options import doc
 from creditgym.credit.policy_evaluation import TableSource, task_truths
 from creditgym.envs.mdp import FiniteMDP
 
@@ -152,12 +155,32 @@ class HCAPOSeedExact(HCAPOExact):
     Options = HCAPOSeedOptions
 
 
+@dataclass(frozen=True)
+class HPRLVRExactOptions(HPRLVROptions):
+    """The options of `HPRLVRExact`: HP-RLVR's, and the divergence's tolerance."""
+
+    divergence_tol: float = field(
+        default=0.0,
+        metadata=doc(
+            "exact divergences below it are 0, never negative (1e-12: the stated "
+            "tolerance, credit.exact_hindsight.DIVERGENCE_TOL); 0: as computed, float "
+            "noise included (the committed hp_rlvr_exact runs), >= 0"
+        ),
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not self.divergence_tol >= 0.0:
+            raise ValueError(f"divergence_tol must be >= 0, got {self.divergence_tol}")
+
+
 class HPRLVRExact(ExactSource, HPRLVR):
     """HP-RLVR with the exact per-token divergence (see the module docstring); arguments
-    as `ExactSource`, options `credit.hp_rlvr.HPRLVROptions`."""
+    as `ExactSource`, options `HPRLVRExactOptions`."""
 
     name = "hp_rlvr_exact"
     reads = HPRLVR.reads | EXACT_READS
+    Options = HPRLVRExactOptions
 
     def divergences(self, trajectories: Sequence[Trajectory]) -> list[list[np.ndarray]]:
         """d_j per trajectory, per step ([A_t] each), exact (`trie_divergences`)."""
@@ -166,12 +189,22 @@ class HPRLVRExact(ExactSource, HPRLVR):
         )
         return [
             [
-                trie_divergences(trie.sequences, trie.policy, trie.hindsight, trie.taken)
+                trie_divergences(
+                    trie.sequences,
+                    trie.policy,
+                    trie.hindsight,
+                    trie.taken,
+                    self.options.divergence_tol,
+                )
                 for trie in (next(tries) for _ in traj.steps)
             ]
             for traj in trajectories
         ]
 
+
+# Registered method name -> the options its exact class is scored with by the
+# decomposition (benchmarks/decomposition.py): the stated divergence tolerance.
+EXACT_OPTIONS: dict[str, Any] = {"hp_rlvr": HPRLVRExactOptions(divergence_tol=DIVERGENCE_TOL)}
 
 # Registered method name -> its exact-source class: what a decomposition of a method's
 # error (formula against model, benchmarks/decomposition.py) pairs.

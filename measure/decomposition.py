@@ -33,6 +33,7 @@ from creditgym.measure.bootstrap import block_bootstrap_se
 from creditgym.measure.ground_truth import MDP_CHANNELS, TaskMDPs, trie_action_logprobs
 from creditgym.measure.pools import PreparedPool
 from creditgym.measure.truth_metrics import (
+    CREDIT_SIGN_TOL,
     TruthSet,
     cosine,
     gradient_estimate,
@@ -61,9 +62,12 @@ def agreement_row(
     resamples: int,
     rng: np.random.Generator,
 ) -> dict[str, float]:
-    """Pearson, key-step sign agreement and batch-gradient cosine with their errors."""
+    """Pearson, key-step sign agreement and batch-gradient cosine with their errors.
+
+    Sign agreement leaves out the key steps whose |credit| <= `CREDIT_SIGN_TOL` (no sign:
+    float noise of a zero) and counts them apart (`key_small_credit`)."""
     pool, truths = prepared.pool[: len(credits)], prepared.truths
-    agreement = step_agreement(pool, credits, truths)
+    agreement = step_agreement(pool, credits, truths, CREDIT_SIGN_TOL)
     advantages = [true_advantages(traj, truths.truth_of(traj)) for traj in pool]
     keys = [np.array([step.key_step for step in traj.steps], dtype=bool) for traj in pool]
 
@@ -76,7 +80,9 @@ def agreement_row(
     def resampled_sign(indices: np.ndarray) -> float:
         key = concatenated(indices, keys).astype(bool)
         return sign_agreement(
-            concatenated(indices, credits)[key], concatenated(indices, advantages)[key]
+            concatenated(indices, credits)[key],
+            concatenated(indices, advantages)[key],
+            CREDIT_SIGN_TOL,
         )
 
     blocks = group_blocks(pool)
@@ -97,6 +103,7 @@ def agreement_row(
         "key_sign": agreement.key_sign_agreement,
         "key_sign_se": block_bootstrap_se(blocks, resampled_sign, resamples, rng),
         "key_steps": float(agreement.key_steps),
+        "key_small_credit": float(agreement.key_small_credit),
         "cos": float(cosines.mean()) if cosines.size else float("nan"),
         "cos_se": float(cosines.std(ddof=1) / math.sqrt(cosines.size))
         if cosines.size >= 2

@@ -32,6 +32,13 @@ from creditgym.credit.policy_evaluation import GroundTruth, true_advantages
 
 # Below this |A| a key step has no sign to agree with (a forced step, float noise of DP).
 ADVANTAGE_SIGN_TOL = 1e-9
+# Below this |credit| a credit has no sign to agree with A's: credits are float32, whose
+# rounding of a zero (a divergence of noise times a return, a difference of equal
+# returns) is far below it, while a credit that moves a policy at all is far above it.
+# The decomposition leaves such steps out of its sign agreement and counts them apart;
+# `benchmarks.credit_truth` keeps the earlier rule (its committed tables: a credit of 0
+# there agrees with neither sign).
+CREDIT_SIGN_TOL = 1e-6
 
 
 @dataclass(frozen=True)
@@ -96,12 +103,27 @@ def spearman(x: np.ndarray, y: np.ndarray) -> float:
     return pearson(ranks(x), ranks(y))
 
 
-def sign_agreement(credit: np.ndarray, advantage: np.ndarray) -> float:
-    """Fraction of entries with |A| > tol whose credit has A's sign; NaN when there are none."""
+def sign_agreement(
+    credit: np.ndarray, advantage: np.ndarray, credit_tol: float | None = None
+) -> float:
+    """Fraction of entries with |A| > tol whose credit has A's sign; NaN when there are none.
+
+    credit_tol: None counts every such entry (a credit of 0 agrees with neither sign);
+    a tolerance leaves out the entries with |credit| <= it (no sign to agree with;
+    `small_credit_count` counts them).
+    """
     signed = np.abs(advantage) > ADVANTAGE_SIGN_TOL
+    if credit_tol is not None:
+        signed &= np.abs(credit) > credit_tol
     if not signed.any():
         return float("nan")
     return float(np.mean(np.sign(credit[signed]) == np.sign(advantage[signed])))
+
+
+def small_credit_count(credit: np.ndarray, advantage: np.ndarray, credit_tol: float) -> int:
+    """Entries with |A| > tol whose |credit| <= `credit_tol`: left out of `sign_agreement`."""
+    signed = np.abs(advantage) > ADVANTAGE_SIGN_TOL
+    return int(np.sum(signed & (np.abs(credit) <= credit_tol)))
 
 
 def gradient_estimate(
@@ -175,7 +197,10 @@ class StepAgreement:
         steps: steps compared.
         pearson, spearman: correlation of credit_t with A(s_t, a_t).
         key_steps: key steps with |A| > tol.
-        key_sign_agreement: fraction of those whose credit has A's sign.
+        key_sign_agreement: fraction of those whose credit has A's sign (with a credit
+            tolerance: of those whose |credit| is above it).
+        key_small_credit: key steps with |A| > tol left out for a credit at or below the
+            tolerance (0 without one).
     """
 
     steps: int
@@ -183,12 +208,17 @@ class StepAgreement:
     spearman: float
     key_steps: int
     key_sign_agreement: float
+    key_small_credit: int = 0
 
 
 def step_agreement(
-    trajectories: Sequence[Trajectory], credits: Sequence[np.ndarray], truths: TruthSet
+    trajectories: Sequence[Trajectory],
+    credits: Sequence[np.ndarray],
+    truths: TruthSet,
+    credit_tol: float | None = None,
 ) -> StepAgreement:
-    """Correlations and key-step sign agreement of `credits` with the true advantages."""
+    """Correlations and key-step sign agreement of `credits` with the true advantages
+    (`credit_tol`: as `sign_agreement`'s)."""
     advantages = [true_advantages(traj, truths.truth_of(traj)) for traj in trajectories]
     credit = np.concatenate([np.asarray(c, dtype=np.float64) for c in credits] + [np.zeros(0)])
     advantage = np.concatenate([*advantages, np.zeros(0)])
@@ -201,5 +231,8 @@ def step_agreement(
         pearson=pearson(credit, advantage),
         spearman=spearman(credit, advantage),
         key_steps=int(key_signed.sum()),
-        key_sign_agreement=sign_agreement(credit[key], advantage[key]),
+        key_sign_agreement=sign_agreement(credit[key], advantage[key], credit_tol),
+        key_small_credit=0
+        if credit_tol is None
+        else small_credit_count(credit[key], advantage[key], credit_tol),
     )

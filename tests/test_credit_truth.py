@@ -29,12 +29,14 @@ from creditgym.measure.ground_truth import (
 )
 from creditgym.measure.pools import PoolSettings, sample_pool, score_module, task_truth
 from creditgym.measure.truth_metrics import (
+    CREDIT_SIGN_TOL,
     GradientStats,
     TruthSet,
     gradient_stats,
     pearson,
     ranks,
     sign_agreement,
+    small_credit_count,
     spearman,
 )
 
@@ -198,6 +200,17 @@ def test_ranks_average_ties_and_correlations_match_hand_values():
     assert sign_agreement(np.array([1.0, -1.0, 0.0, 5.0]), np.array([2.0, 1.0, -1.0, 0.0])) == (
         pytest.approx(1 / 3)
     )
+
+
+def test_credit_below_the_tolerance_is_left_out_of_sign_agreement_and_counted_apart():
+    credit = np.array([1.0, -1.0, 0.0, -1e-17, 2e-7, 5.0])
+    advantage = np.array([2.0, 1.0, -1.0, 1.0, -3.0, 0.0])
+    # Signed steps (|A| > 0): the first five; credit above 1e-6 at the first two, one of
+    # which agrees: 1/2. Without a tolerance -1e-17 and 2e-7 count as signs: 1/5 agree.
+    assert sign_agreement(credit, advantage, CREDIT_SIGN_TOL) == pytest.approx(1 / 2)
+    assert small_credit_count(credit, advantage, CREDIT_SIGN_TOL) == 3
+    assert sign_agreement(credit, advantage) == pytest.approx(1 / 5)
+    assert math.isnan(sign_agreement(np.zeros(2), np.ones(2), CREDIT_SIGN_TOL))
 
 
 def test_gradient_stats_on_known_estimates():

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from creditgym import credit
+from creditgym.benchmarks.decomposition import SCORING_RULE, current, markdown
 from creditgym.benchmarks.decomposition import main as decomposition_main
 from creditgym.credit.exact_source import EXACT_CLASSES, HCAPOExact
 from creditgym.measure.bootstrap import block_bootstrap_se
@@ -74,6 +75,8 @@ def test_decomposition_scores_both_sources_calibrates_and_resumes(tmp_path, caps
     assert rows["outcome", "hcapo", "model"]["credit"] == "hcapo"
     for row in rows.values():
         assert row["batches"] == 2 and math.isfinite(row["pearson"]) and math.isfinite(row["cos"])
+        assert 0 <= row["key_small_credit"] <= row["key_steps"]
+    assert cell["config"]["rule"] == SCORING_RULE
     # Exact hindsight is a different credit from small's (inert) hindsight.
     assert (
         rows["outcome", "hp_rlvr", "exact"]["pearson"]
@@ -105,6 +108,57 @@ def test_decomposition_scores_both_sources_calibrates_and_resumes(tmp_path, caps
     assert decomposition_main(_argv(tmp_path, "--seed", "1")) == 2
     error = capsys.readouterr().err
     assert error.startswith("error: ") and error.count("\n") == 1 and "--fresh" in error
+
+
+def test_a_cell_of_an_earlier_scoring_rule_is_kept_in_the_tables_but_not_current(tmp_path):
+    """A cell without the rule (scored before it) is shown, marked, and not taken as
+    done: `run` computes it again when its model runs (`current`)."""
+    row = {
+        "channel": "outcome",
+        "module": "hp_rlvr",
+        "source": "exact",
+        "credit": "x",
+        "pearson": 0.5,
+        "pearson_se": 0.1,
+        "key_sign": 0.43,
+        "key_sign_se": 0.03,
+        "key_steps": 10.0,
+        "cos": 0.1,
+        "cos_se": 0.01,
+        "batches": 2.0,
+    }
+    calibration = {
+        "channel": "outcome",
+        "kl_model": 0.1,
+        "kl_model_se": 0.0,
+        "kl_policy": 0.1,
+        "kl_policy_se": 0.0,
+        "ratio_pearson": 0.0,
+        "ratio_pearson_se": 0.0,
+        "ratio_sign": 0.5,
+        "ratio_sign_se": 0.0,
+        "ratio_signed_steps": 4.0,
+        "steps": 8.0,
+    }
+    stale = {
+        "setting": "keydoor:delay=1",
+        "model": "smollm2-135m",
+        "config": {"pool": 32},
+        "rows": [row, {**row, "source": "model"}],
+        "calibration": [calibration],
+    }
+    fresh = {
+        **stale,
+        "model": "small",
+        "config": {"pool": 16, "rule": SCORING_RULE},
+        "rows": [{**r, "key_small_credit": 3.0} for r in stale["rows"]],
+    }
+    assert not current(stale) and current(fresh)
+    text = markdown([fresh, stale], "python -m benchmarks.decomposition")
+    assert "| small | 16 | hp_rlvr | 10 | 0.50 ± 0.10 |" in text
+    assert "| smollm2-135m (earlier rule) | 32 | hp_rlvr |" in text
+    assert "(earlier rule)` come from cells scored before" in text
+    assert "earlier rule" not in markdown([fresh], "python -m benchmarks.decomposition")
 
 
 @pytest.mark.parametrize(

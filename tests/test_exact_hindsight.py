@@ -25,6 +25,7 @@ from creditgym.agents.models import build_small
 from creditgym.agents.rollout import collect
 from creditgym.agents.trajectory import Step, Trajectory
 from creditgym.credit.exact_hindsight import (
+    DIVERGENCE_TOL,
     OUTCOMES,
     exact_hindsight,
     exact_step_logprobs,
@@ -32,6 +33,7 @@ from creditgym.credit.exact_hindsight import (
     trie_conditionals,
     trie_divergences,
 )
+from creditgym.credit.exact_source import EXACT_OPTIONS, HPRLVRExactOptions
 from creditgym.credit.policy_evaluation import evaluate_policy, reachable_states
 from creditgym.envs.mdp import StateView, Transition
 from creditgym.measure.ground_truth import TaskMDPs, llm_table_source
@@ -214,6 +216,29 @@ def test_trie_divergences_on_a_hand_trie():
     # Identical distributions diverge nowhere; no mass at a node (q on [4, 9]) counts 0.
     np.testing.assert_array_equal(trie_divergences(sequences, policy, policy, taken=1), 0.0)
     np.testing.assert_array_equal(trie_divergences(sequences, policy, hindsight, taken=2)[1:], 0.0)
+
+
+def test_trie_divergences_below_the_tolerance_are_exactly_zero_never_negative():
+    sequences = [[1, 2, 9], [1, 3, 9], [4, 9]]
+    policy = [0.39546198954297845, 0.5930180594914135, 0.011519950965607977]
+    # The same distribution up to the last bit (rescaled and renormalised): float64 gives
+    # a divergence of rounding noise, of either sign.
+    hindsight = [0.3954619895429785, 0.5930180594914136, 0.011519950965607977]
+    noisy = trie_divergences(sequences, policy, hindsight, taken=0)
+    assert noisy[0] < 0 < noisy[1] < DIVERGENCE_TOL
+    mended = trie_divergences(sequences, policy, hindsight, taken=0, tol=DIVERGENCE_TOL)
+    np.testing.assert_array_equal(mended, 0.0)
+    assert not np.signbit(mended).any()
+    # A divergence above the tolerance is kept as it is (the hand trie's values above).
+    far = trie_divergences(sequences, [0.2, 0.3, 0.5], [0.5, 0.5, 0.0], 0, DIVERGENCE_TOL)
+    np.testing.assert_allclose(far, [0.311278, 0.0072992, 0.0], atol=1e-6)
+
+
+def test_hp_rlvr_exact_keeps_the_committed_arithmetic_unless_told_the_tolerance():
+    assert HPRLVRExactOptions().divergence_tol == 0.0
+    assert EXACT_OPTIONS["hp_rlvr"].divergence_tol == DIVERGENCE_TOL
+    with pytest.raises(ValueError, match="divergence_tol must be >= 0"):
+        HPRLVRExactOptions(divergence_tol=-1.0)
 
 
 def test_token_conditionals_of_exact_hindsight_multiply_back_to_the_command():
