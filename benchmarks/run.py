@@ -365,7 +365,7 @@ def run_in(cfg: RunConfig, env_id: str, run_dir: Path, policy: LoadedModel | Non
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `python -m benchmarks.run`."""
     cfg = parse_config(argv)
-    if cfg.population > 1:
+    if cfg.population != 1:
         outcomes = run_population(cfg)
         for outcome in outcomes:
             if outcome.error is not None:

@@ -1,0 +1,216 @@
+"""Population runs (`benchmarks.run --population K`, benchmarks/run_population.py): each
+member's folder is its single run's, whatever K and its co-members; a kill -9 and a rerun
+leave every member as an uninterrupted run; overlapping invocations are refused; a
+failing member is one line and the others finish."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+import traceback
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from creditgym.benchmarks import lock, records
+from creditgym.benchmarks.run import main, parse_config, run_population
+from creditgym.benchmarks.run_identity import run_name
+from creditgym.benchmarks.run_population import member_configs
+
+# `small` on KeyDoor delay 4: two iterations of 8 rollouts, a learning curve, samples and
+# one evaluation batch: every file a run writes, in a few seconds.
+ARGV = [
+    "--env", "keydoor", "--env-options", "delay=4", "variance=high", "--model", "small",
+    "--credit", "grpo", "--steps", "2", "--learning-rate", "3e-3", "--max-new-tokens", "8",
+    "--eval-episodes", "8", "--eval-batch-size", "8", "--eval-every", "1",
+    "--curve-episodes", "4", "--sample-group-size", "2", "--threads", "1",
+]  # fmt: skip
+# Fields measured on the wall clock: they differ between any two runs.
+CLOCK_FIELDS = ("time/", "rollout/tokens_per_s", "eval_s")
+# Written whole by the run, decided by its seed alone: byte for byte.
+SAME_BYTES = (
+    records.EPISODES_FILE,
+    records.EVAL_TRAJECTORIES_FILE,
+    records.SAMPLES_FILE,
+    records.DONE_FILE,
+)
+
+
+def argv(out: Path, seed: int, population: int | None = None) -> list[str]:
+    extra = [] if population is None else ["--population", str(population)]
+    return [*ARGV, "--seed", str(seed), "--out", str(out), *extra]
+
+
+def folder(out: Path, seed: int) -> Path:
+    """The run folder of `seed`'s single run under `out`."""
+    return out / run_name(parse_config(argv(out, seed)))
+
+
+def without_clock(path: Path) -> list[dict]:
+    return [
+        {key: value for key, value in record.items() if not key.startswith(CLOCK_FIELDS)}
+        for record in map(json.loads, path.read_text().splitlines())
+    ]
+
+
+def assert_same_run(run_dir: Path, reference: Path) -> None:
+    """`run_dir` holds what the single run `reference` wrote: the same name, records,
+    configuration (but `out`) and final weights bit for bit."""
+    assert run_dir.name == reference.name
+    for name in SAME_BYTES:
+        assert (run_dir / name).read_bytes() == (reference / name).read_bytes(), name
+    for name in (records.METRICS_FILE, records.CURVE_FILE):
+        assert without_clock(run_dir / name) == without_clock(reference / name), name
+    config, expected = (records.read_json(d / records.CONFIG_FILE) for d in (run_dir, reference))
+    assert {**config, "out": None} == {**expected, "out": None}
+    weights, want = (load_file(d / "final" / "model.safetensors") for d in (run_dir, reference))
+    assert weights.keys() == want.keys()
+    assert all(torch.equal(weights[name], want[name]) for name in weights)
+
+
+@pytest.fixture(scope="module")
+def single_runs(tmp_path_factory) -> Path:
+    """The single runs of seeds 0 and 1 (today's path: one run per seed)."""
+    out = tmp_path_factory.mktemp("single")
+    for seed in (0, 1):
+        assert main(argv(out, seed)) == 0
+    return out
+
+
+@pytest.mark.slow  # five member runs of `small` beside the two single runs: ~1 min
+def test_a_member_is_its_single_run_whatever_the_population_size_and_co_members(
+    single_runs, tmp_path
+):
+    reference = folder(single_runs, 1)
+    # Seed 1 alone, second of {0, 1}, first of {1, 2}. The command line runs a population
+    # of one as the single run itself: the population's path is called directly for it.
+    for first, size in ((1, 1), (0, 2), (1, 2)):
+        out = tmp_path / f"seeds{first}-{first + size - 1}"
+        if size == 1:
+            outcomes = run_population(parse_config(argv(out, first, size)))
+            assert [(o.seed, o.status) for o in outcomes] == [(1, 0)]
+        else:
+            assert main(argv(out, first, size)) == 0
+        assert sorted(p.name for p in out.iterdir()) == sorted(
+            folder(out, seed).name for seed in range(first, first + size)
+        )
+        assert_same_run(folder(out, 1), reference)
+        provenance = records.read_json(folder(out, 1) / records.PROVENANCE_FILE)
+        assert provenance["population"]["seeds"] == list(range(first, first + size))
+        # The command that replays the population (a population of one is the single run).
+        command = provenance["population"]["command"]
+        assert (
+            command.endswith(f"--population {size}") if size > 1 else "--population" not in command
+        )
+    assert_same_run(folder(tmp_path / "seeds0-1", 0), folder(single_runs, 0))
+
+
+def test_members_are_the_single_runs_of_consecutive_seeds_with_their_names():
+    cfg = parse_config(argv(Path("out"), 5, 3))
+    members = member_configs(cfg)
+    assert [m.seed for m in members] == [5, 6, 7]
+    assert all(m.population == 1 for m in members)
+    # The population size is not part of a run's identity: a member is named as its run.
+    assert [run_name(m) for m in members] == [
+        run_name(parse_config(argv(Path("out"), seed))) for seed in (5, 6, 7)
+    ]
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--population", "0"], "--population must be >= 1 (got 0)"),
+        (["--population", "2", "--name", "mine"], "--name names one run folder"),
+    ],
+)
+def test_a_population_that_cannot_run_is_one_line_and_exit_2(extra, message, tmp_path, capsys):
+    assert main([*ARGV, "--out", str(tmp_path), *extra]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and message in err
+    assert not any(tmp_path.iterdir())
+
+
+def test_a_population_overlapping_a_held_seed_is_refused_before_any_work(tmp_path, capsys):
+    held = folder(tmp_path, 1)
+    with lock.hold(lock.run_folder_lock(held), str(held)):
+        assert main(argv(tmp_path, 0, 2)) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert f"{held} is being written by pid {os.getpid()}" in err
+    # Seed 0's lock was taken first and given back: its folder is gone, nothing was run.
+    assert not folder(tmp_path, 0).exists()
+    assert list(held.iterdir()) == []  # the folder this test's lock made, left empty
+
+
+def test_a_member_with_a_damaged_checkpoint_is_one_line_and_the_others_finish(tmp_path, capsys):
+    damaged = folder(tmp_path, 0) / "checkpoints" / "step_000001" / "state.pt"
+    damaged.parent.mkdir(parents=True)
+    damaged.write_bytes(b"not a checkpoint")
+    assert main(argv(tmp_path, 0, 2)) == 2  # a damaged file is bad input, as in a single run
+    captured = capsys.readouterr()
+    errors = [line for line in captured.err.splitlines() if line.startswith("error:")]
+    assert errors == [
+        f"error: seed 0 stopped: none of the 1 checkpoints in {damaged.parent.parent} loads "
+        "(the lines above name each); to train this run afresh, delete "
+        f"{damaged.parent.parent} and run the same command again"
+    ]
+    assert "Traceback" not in captured.err
+    assert not (folder(tmp_path, 0) / records.DONE_FILE).exists()
+    assert (folder(tmp_path, 1) / records.DONE_FILE).exists()
+    assert "2/2 members ended, 1 failed; mean held-out success" in captured.out
+
+
+def start(out: Path) -> int:
+    """Fork a child running the population of seeds 0 and 1 into `out`; its pid."""
+    pid = os.fork()
+    if pid == 0:  # the child: the command, its output discarded, never back to pytest
+        code = 1
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, 1)
+            os.dup2(devnull, 2)
+            code = main(argv(out, 0, 2))
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            os._exit(code)
+    return pid
+
+
+def lines(path: Path) -> int:
+    return path.read_bytes().count(b"\n") if path.exists() else 0
+
+
+@pytest.mark.slow  # three killed attempts and a final one, beside the two single runs: ~1 min
+def test_kill_9_in_either_member_then_rerun_leaves_each_as_its_uninterrupted_run(
+    single_runs, tmp_path
+):
+    torch.set_num_threads(1)
+    out = tmp_path / "killed"
+    first, second = folder(out, 0), folder(out, 1)
+    # Killed in member 0's training, member 1's training and member 1's evaluation.
+    moments = [
+        lambda: lines(first / records.METRICS_FILE) >= 1,
+        lambda: lines(second / records.METRICS_FILE) >= 1,
+        lambda: lines(second / records.EPISODES_FILE) >= 1,
+    ]
+    for moment in moments:
+        pid = start(out)
+        deadline = time.monotonic() + 120
+        while not moment():
+            assert time.monotonic() < deadline, "the kill moment never came"
+            ended, _ = os.waitpid(pid, os.WNOHANG)
+            assert not ended, "the population ended before its kill moment"
+            time.sleep(0.002)
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    assert not (second / records.DONE_FILE).exists()
+    pid = start(out)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    for seed, run_dir in ((0, first), (1, second)):
+        assert_same_run(run_dir, folder(single_runs, seed))
