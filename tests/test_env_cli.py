@@ -16,12 +16,24 @@ import pytest
 from creditgym import envs
 from creditgym.benchmarks import records
 from creditgym.benchmarks.run import main
+from tests.registry_kwargs import TEST_DATA
 
 ENV_IDS = sorted(envs.ENVS)
+# `--env-options` for an env whose default data would be built first: ALFWorld plays the
+# ten committed games (tests/data/alfworld, two per evaluation split) instead of
+# generating its 360 default games, which took 159 s of a fresh clone's `make test`.
+TEST_ENV_OPTIONS = {"creditgym/ALFWorld-v0": [f"data_dir={TEST_DATA / 'alfworld'}"]}
 
 
-def play(tmp_path: Path, env: str, model: str, episodes: int) -> tuple[dict, list]:
+def env_options(env_id: str) -> list[str]:
+    """`--env-options ...` for `env_id`, or nothing."""
+    options = TEST_ENV_OPTIONS.get(env_id)
+    return ["--env-options", *options] if options else []
+
+
+def play(tmp_path: Path, env_id: str, env: str, model: str, episodes: int) -> tuple[dict, list]:
     argv = ["--env", env, "--model", model, "--credit", "none", "--eval-episodes", str(episodes)]
+    argv += env_options(env_id)
     assert main([*argv, "--sample-group-size", "0", "--out", str(tmp_path)]) == 0
     (run_dir,) = tmp_path.iterdir()
     config = json.loads((run_dir / records.CONFIG_FILE).read_text())
@@ -31,7 +43,7 @@ def play(tmp_path: Path, env: str, model: str, episodes: int) -> tuple[dict, lis
 @pytest.mark.parametrize("env_id", ENV_IDS)
 def test_random_agent_runs_every_registered_env_by_id(env_id, tmp_path):
     info = envs.ENVS[env_id]
-    config, episodes = play(tmp_path, env_id, "random", episodes=2)
+    config, episodes = play(tmp_path, env_id, env_id, "random", episodes=2)
     assert config["env_id"] == env_id
     assert config["max_episode_steps"] == info.max_episode_steps
     assert sorted((e.split, e.index) for e in episodes) == sorted(
@@ -45,7 +57,7 @@ def test_expert_wins_on_the_env_default_step_limit(env_id, tmp_path, capsys):
     # The default step limit must leave the scripted expert room to win: a run whose
     # episodes are all truncated measures nothing (ALFWorld once ran 5-step episodes).
     info = envs.ENVS[env_id]
-    _, episodes = play(tmp_path, info.short_name, "expert", episodes=2)
+    _, episodes = play(tmp_path, env_id, info.short_name, "expert", episodes=2)
     assert episodes and all(e.success and not e.truncated for e in episodes)
     assert "warning" not in capsys.readouterr().out
 
@@ -59,7 +71,7 @@ def test_one_training_step_on_every_registered_env(env_id, tmp_path):
     argv = ["--env", env_id, "--model", "tiny", "--credit", "grpo", "--steps", "1"]
     argv += ["--group-size", "2", "--max-episode-steps", "2", "--max-new-tokens", "16"]
     argv += ["--eval-episodes", "1", "--sample-group-size", "0", "--out", str(tmp_path)]
-    assert main(argv) == 0
+    assert main([*argv, *env_options(env_id)]) == 0
     (run_dir,) = tmp_path.iterdir()
     (metrics,) = records.read_metrics(run_dir)
     assert metrics["rollout/num_trajectories"] >= 2 and metrics["charts/grad_norm"] >= 0
