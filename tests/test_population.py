@@ -214,3 +214,53 @@ def test_kill_9_in_either_member_then_rerun_leaves_each_as_its_uninterrupted_run
     assert os.waitstatus_to_exitcode(status) == 0
     for seed, run_dir in ((0, first), (1, second)):
         assert_same_run(run_dir, folder(single_runs, seed))
+
+
+# Every credit module the studies rank or list as oracles (benchmarks/configs/study_fair.toml),
+# with the options their rows name.
+STUDY_MODULES = [
+    ("grpo", ()),
+    ("gigpo", ()),
+    ("hcapo", ()),
+    ("hcapo", ("clip=1,1",)),
+    ("hp_rlvr", ()),
+    ("hp_rlvr", ("weights=uniform",)),
+    ("rule_based", ()),
+    ("oracle", ()),
+    ("credit.exact_source:HCAPOExact", ()),
+    ("credit.exact_source:HCAPOSeedExact", ()),
+    ("credit.exact_source:HPRLVRExact", ()),
+    ("hca", ()),
+]
+# Modules that score hindsight with the policy: each member must score with its own weights.
+MODEL_SCORED = ("hcapo", "hp_rlvr")
+
+
+@pytest.mark.slow  # 2-3 one-iteration runs of `small` per module: ~10 s each
+@pytest.mark.parametrize(("credit", "options"), STUDY_MODULES)
+def test_every_study_module_trains_in_a_population(credit, options, tmp_path):
+    module_argv = [
+        "--env", "keydoor", "--env-options", "delay=4", "variance=high", "--model", "small",
+        "--credit", credit, "--steps", "1", "--learning-rate", "3e-3", "--max-new-tokens", "8",
+        "--eval-episodes", "4", "--eval-batch-size", "4", "--threads", "1",
+        *(["--credit-options", *options] if options else []),
+    ]  # fmt: skip
+    population_out, single_out = tmp_path / "population", tmp_path / "single"
+    population = [*module_argv, "--population", "2", "--out", str(population_out)]
+    assert main(population) == 0
+    members = member_configs(parse_config(population))
+    for member in members:
+        run_dir = population_out / run_name(member)
+        assert (run_dir / records.DONE_FILE).exists()
+        (metrics,) = records.read_metrics(run_dir)
+        assert torch.isfinite(torch.tensor(metrics["losses/total"]))
+    if credit in MODEL_SCORED:
+        assert main([*module_argv, "--seed", "1", "--out", str(single_out)]) == 0
+        # Its credit metrics (and the samples' hindsight credit) are its single run's.
+        name = run_name(members[1])
+        assert without_clock(population_out / name / records.METRICS_FILE) == without_clock(
+            single_out / name / records.METRICS_FILE
+        )
+        assert (population_out / name / records.SAMPLES_FILE).read_bytes() == (
+            single_out / name / records.SAMPLES_FILE
+        ).read_bytes()
