@@ -6,6 +6,7 @@ a run folder that holds another configuration or vocabulary; each problem one
 from __future__ import annotations
 
 import math
+import os
 import tempfile
 from pathlib import Path
 
@@ -18,7 +19,7 @@ from creditgym.benchmarks import common, records
 from creditgym.benchmarks.cli import UsageError, lookup, suggest
 from creditgym.benchmarks.run_build import SCRIPTED_AGENTS, credit_class, make_env
 from creditgym.benchmarks.run_config import RunConfig
-from creditgym.benchmarks.run_identity import run_identity, run_name
+from creditgym.benchmarks.run_identity import method_label, run_identity, run_name
 from creditgym.benchmarks.run_settings import (
     NO_CREDIT,
     credit_options_of,
@@ -34,6 +35,7 @@ from creditgym.credit.base import DEFAULT_CONVENTION
 
 def validate(cfg: RunConfig) -> None:
     """Check every name and path before any work starts (one clear line per problem)."""
+    check_run_name(cfg.name)
     env_id = common.env_id(cfg.env)
     eval_splits(cfg, env_id)
     game_set(cfg)  # a wrong data folder (ALFWORLD_DATA) fails here, before any work
@@ -165,20 +167,78 @@ def check_out_writable(out: Path) -> None:
         raise UsageError(f"--out {out} cannot be written: {error.strerror or error}") from error
 
 
-def check_run_folder(cfg: RunConfig) -> None:
-    """Refuse a run whose folder holds another configuration (a reused `--name`): resuming
-    would add this configuration's episodes to the other's and relabel them."""
-    run_dir = cfg.out / run_name(cfg)
-    # A derived name hashes the identity: the same name is the same configuration.
-    if not cfg.name or not (run_dir / records.CONFIG_FILE).is_file():
+def check_run_name(name: str | None) -> None:
+    """A `--name` that names one folder inside `--out`, or a one-line UsageError: no
+    separator, no `.` or `..`, nothing absolute, no leading dot (the staging folders'
+    mark), printable characters only."""
+    if name is None:
         return
-    recorded = records.read_json(run_dir / records.CONFIG_FILE).get("identity")
+    problem = None
+    if not name:
+        problem = "is empty"
+    elif "/" in name or "\\" in name or os.sep in name or (os.altsep and os.altsep in name):
+        problem = "holds a path separator"
+    elif name.startswith("."):
+        problem = "starts with a dot (`.`, `..` and hidden folders are not run folders)"
+    elif not name.isprintable():
+        problem = "holds a control character"
+    if problem:
+        raise UsageError(
+            f"--name {name!r} {problem}; a run name is one folder inside --out, e.g. "
+            "--name my-run (put the folder's parent in --out)"
+        )
+
+
+# Files a run writes once its work begins; a folder holding any of them is a run's.
+RECORD_FILES = (
+    records.EPISODES_FILE,
+    records.METRICS_FILE,
+    records.SAMPLES_FILE,
+    records.TRAINING_FILE,
+    records.DONE_FILE,
+    records.EVAL_TRAJECTORIES_FILE,
+    records.CURVE_FILE,
+    "checkpoints",
+    "final",
+)
+
+
+def check_run_folder(cfg: RunConfig) -> None:
+    """Refuse a run whose folder holds another configuration, judged from what the folder
+    holds: records without a config.json (nothing says whose they are), a config.json of
+    another identity (a reused `--name`), or episodes labelled with another env or method.
+    Resuming would add this configuration's work to the other's and relabel it."""
+    run_dir = cfg.out / run_name(cfg)
+    if not run_dir.is_dir():
+        return
+    held = sorted(name for name in RECORD_FILES if (run_dir / name).exists())
+    if not (run_dir / records.CONFIG_FILE).is_file():
+        if held:
+            raise UsageError(
+                f"{run_dir} holds run records ({', '.join(held[:3])}) but no "
+                f"{records.CONFIG_FILE}, so whose they are cannot be checked; choose "
+                "another --name or --out, or delete the folder to run afresh"
+            )
+        return
+    try:
+        recorded = records.read_json(run_dir / records.CONFIG_FILE).get("identity")
+    except DamagedFileError as error:
+        raise UsageError(str(error)) from error
+    # A derived name hashes the identity: the same name is the same configuration.
+    if cfg.name:
+        check_identity(run_dir, recorded, run_identity(cfg))
+    check_episode_labels(cfg, run_dir)
+
+
+def check_identity(
+    run_dir: Path, recorded: dict[str, object] | None, identity: dict[str, object]
+) -> None:
+    """A UsageError naming up to three fields where `recorded` and `identity` differ."""
     if recorded is None:
         raise UsageError(
             f"{run_dir} records no configuration identity (written by an older creditgym); "
             "choose another --name"
         )
-    identity = run_identity(cfg)
     keys = {*recorded, *identity}
     differing = sorted(key for key in keys if recorded.get(key) != identity.get(key))
     if differing:
@@ -187,3 +247,22 @@ def check_run_folder(cfg: RunConfig) -> None:
             for key in differing[:3]
         )
         raise UsageError(f"{run_dir} holds another configuration ({shown}); choose another --name")
+
+
+def check_episode_labels(cfg: RunConfig, run_dir: Path) -> None:
+    """The folder's episodes were played on this run's env by this run's method (a
+    config.json copied over another run's records is caught here)."""
+    expected = (common.env_id(cfg.env), method_label(cfg))
+    try:
+        episodes = records.read_episodes(run_dir)
+    except DamagedFileError:
+        # The run reports it in one line where it reads its records, and a sweep skips
+        # that run and goes on (benchmarks/sweep.py): no verdict on whose they are here.
+        return
+    for number, episode in enumerate(episodes, start=1):
+        if (episode.env, episode.method) != expected:
+            raise UsageError(
+                f"{run_dir / records.EPISODES_FILE}: episode {number} was played by "
+                f"{episode.method!r} on {episode.env}, this run is {expected[1]!r} on "
+                f"{expected[0]}; choose another --name or --out"
+            )
