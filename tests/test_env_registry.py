@@ -11,8 +11,6 @@ import ast
 import importlib
 import random
 import re
-import sys
-import types
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +22,7 @@ from creditgym import envs  # noqa: F401  (registers the creditgym/ ids)
 from creditgym.benchmarks import records
 from creditgym.benchmarks.run import main as run_main
 from creditgym.envs.registry import ENVS, GENERIC_INTRO, EnvInfo, parse_env_options, register_env
+from tests.doc_recipes import check_entry_point, docs_section, documented_file, documented_module
 from tests.registry_kwargs import OPTION_KWARGS, registry_kwargs_for
 
 CREDITGYM_IDS = sorted(env_id for env_id in gymnasium.registry if env_id.startswith("creditgym/"))
@@ -34,7 +33,6 @@ CONTRACT_CASES = [(env_id, {}) for env_id in CREDITGYM_IDS] + [
 CONTRACT_IDS = [
     f"{env_id}{''.join(f'-{k}={v}' for k, v in o.items())}" for env_id, o in CONTRACT_CASES
 ]
-EXTENDING = Path(__file__).resolve().parents[1] / "docs" / "extending.md"
 ROLLOUT_STEPS = 8
 
 
@@ -84,16 +82,10 @@ def test_same_seed_same_rollout(
         second.close()
 
 
-def docs_section(title: str) -> str:
-    text = EXTENDING.read_text(encoding="utf-8")
-    match = re.search(rf"^## {re.escape(title)}\n(.*?)(?=^## |\Z)", text, re.S | re.M)
-    assert match is not None, f"docs/extending.md has no '## {title}' section"
-    return match.group(1)
-
-
-def recipe() -> tuple[str, dict[str, Any], str]:
-    """The recipe's module code, its EnvInfo keywords and its entry point."""
-    blocks = re.findall(r"```python\n(.*?)```", docs_section("Adding an environment"), re.S)
+def recipe() -> tuple[str, str, dict[str, Any], str]:
+    """The recipe's module file, its code, its EnvInfo keywords and its entry point."""
+    section = docs_section("Adding an environment")
+    blocks = re.findall(r"```python\n(.*?)```", section, re.S)
     assert len(blocks) == 2, "expected the module and the register call as two python blocks"
     module_code, register_code = blocks
     # The register snippet is exactly `register_env(EnvInfo(...), entry_point=...)`.
@@ -104,25 +96,31 @@ def recipe() -> tuple[str, dict[str, Any], str]:
     info = {kw.arg: ast.literal_eval(kw.value) for kw in info_call.keywords}
     (entry,) = [kw for kw in call.value.keywords if kw.arg == "entry_point"]
     assert info["id"].startswith("creditgym/")
-    return module_code, info, ast.literal_eval(entry.value)
+    return documented_file(section), module_code, info, ast.literal_eval(entry.value)
+
+
+def test_the_recipe_entry_point_names_the_recipe_file() -> None:
+    path, _, _, entry_point = recipe()
+    check_entry_point(entry_point, path)
+    # The spelling the page had before the namespace change is refused.
+    with pytest.raises(AssertionError, match=r"does not name envs/guess/env\.py"):
+        check_entry_point("envs.guess.env:GuessNumberEnv", "envs/guess/env.py")
 
 
 @pytest.fixture
-def recipe_env():
-    """The recipe's env, registered as its docs say under a test id, then removed."""
-    module_code, info, entry_point = recipe()
-    module_path, _, class_name = entry_point.partition(":")
-    module = types.ModuleType(module_path)
-    sys.modules[module_path] = module
+def recipe_env(tmp_path_factory: pytest.TempPathFactory):
+    """The recipe's env, its module written as the file the page names and registered as
+    the page says under a test id; then removed."""
+    path, module_code, info, entry_point = recipe()
+    class_name = entry_point.partition(":")[2]
     test_id = "readme-test/" + info["id"].split("/", 1)[1]
-    try:
-        exec(compile(module_code, f"docs:{module_path}", "exec"), module.__dict__)
+    with documented_module(path, module_code, tmp_path_factory.mktemp("recipe")):
         register_env(EnvInfo(**{**info, "id": test_id}), entry_point=entry_point)
-        yield test_id, class_name
-    finally:
-        sys.modules.pop(module_path, None)
-        gymnasium.registry.pop(test_id, None)
-        ENVS.pop(test_id, None)
+        try:
+            yield test_id, class_name
+        finally:
+            gymnasium.registry.pop(test_id, None)
+            ENVS.pop(test_id, None)
 
 
 def test_the_adding_an_environment_recipe_gives_a_real_env(recipe_env) -> None:
