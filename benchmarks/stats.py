@@ -29,7 +29,12 @@ on KeyDoor delay 16, seeds .38 .14 .84 .12 .23: percentile [15.6, 60.6] %, Stude
   difference and Schuirmann's (1987) two one-sided tests of equivalence within a margin
   stated in advance (the only ground for calling two methods a tie);
 - `jonckheere_terpstra`: a permutation test of a monotone trend of scores over ordered
-  levels (a delay, a length), the only ground for "falls with the delay".
+  levels (a delay, a length), the only ground for "falls with the delay";
+- for planning a study from a pilot: `seeds_for_half_width` (the seeds a paired
+  difference needs for a 95 % half-width, the t-quantile iterated), `sd_upper_limit`
+  (how far a pilot's SD may understate the truth), and `bca_end_error` /
+  `reps_for_end_error` (the Monte-Carlo error of BCa's ends at a number of resamples,
+  and the resamples that bring it under a target).
 
 Agarwal et al. 2021 ask for these habits: interval estimates, not point estimates or bare
 significance; their stratified percentile bootstrap stays as the interval of P(X > Y),
@@ -440,3 +445,60 @@ def jonckheere_terpstra(
     observed = float(statistic(pooled[None, :])[0])
     p_value = _two_sided_p(observed, statistic(pooled[order]), expected, exact)
     return Trend(observed, expected, p_value)
+
+
+def seeds_for_half_width(
+    sd: float, half_width: float, confidence: float = CONFIDENCE, minimum: int = 2
+) -> int:
+    """The fewest seeds n (at least `minimum`, at least 2) whose Student-t interval of a
+    mean has half-width t_{n-1, (1 + c) / 2} sd / sqrt(n) <= `half_width`.
+
+    `sd`: the standard deviation of the per-seed values (for a difference paired by seed,
+    of the per-seed differences: sqrt(sd_x^2 + sd_y^2 - 2 r sd_x sd_y)). Starts from the
+    normal approximation n = (z sd / h)^2, which t's heavier tails can only raise, and
+    steps n up until the t-quantile at n - 1 degrees of freedom meets the bound: the
+    iteration n <- (t_{n-1} sd / h)^2 to its fixed point, exactly. sd = 0: `minimum`."""
+    if not (math.isfinite(sd) and sd >= 0 and half_width > 0):
+        raise ValueError(f"need sd >= 0 and half_width > 0, got {sd} and {half_width}")
+    quantile = (1 + confidence) / 2
+    n = max(minimum, 2, math.ceil((scipy.stats.norm.ppf(quantile) * sd / half_width) ** 2))
+    while scipy.stats.t.ppf(quantile, n - 1) * sd / math.sqrt(n) > half_width:
+        n += 1
+    return n
+
+
+def sd_upper_limit(sd: float, n: int, confidence: float = 0.8) -> float:
+    """One-sided upper confidence limit of a normal SD estimated from n values:
+    sd sqrt((n - 1) / chi2_{1 - c, n - 1}). A pilot of 10 seeds may understate the SD,
+    and a plan from the point estimate then falls short of its half-width about half of
+    the time; planning from this limit makes that 1 - c (Browne 1995)."""
+    if n < 2:
+        raise ValueError(f"an SD needs at least 2 values, got {n}")
+    return float(sd * math.sqrt((n - 1) / scipy.stats.chi2.ppf(1 - confidence, n - 1)))
+
+
+def bca_end_error(
+    statistic: Callable[..., np.ndarray],
+    scores: np.ndarray,
+    reps: int,
+    repeats: int = 8,
+    confidence: float = CONFIDENCE,
+) -> float:
+    """Monte-Carlo error of `bca_interval`'s ends at `reps` resamples: the larger of the
+    standard deviations (ddof 1) of the low and of the high end over `repeats` bootstrap
+    seeds (0 .. repeats - 1). What the same interval would move by with another seed; it
+    falls as 1 / sqrt(reps)."""
+    if repeats < 2:
+        raise ValueError(f"a Monte-Carlo error needs at least 2 repeats, got {repeats}")
+    ends = np.array(
+        [bca_interval(statistic, scores, seed, reps, confidence)[1:] for seed in range(repeats)]
+    )
+    return float(ends.std(axis=0, ddof=1).max())
+
+
+def reps_for_end_error(error: float, reps: int, target: float) -> int:
+    """Resamples that bring a Monte-Carlo error `error`, measured at `reps`, to `target`
+    (error ~ 1 / sqrt(reps)): reps (error / target)^2 rounded up, never fewer than reps."""
+    if not (error >= 0 and reps > 0 and target > 0):
+        raise ValueError(f"need error >= 0, reps > 0, target > 0; got {error}, {reps}, {target}")
+    return max(reps, math.ceil(reps * (error / target) ** 2))

@@ -226,3 +226,42 @@ def test_the_headline_interval_covers_a_bimodal_mean_more_often_than_the_percent
     # reaches it at five bimodal seeds, which is why the study wants 10).
     assert bca >= percentile
     assert headline >= percentile + 0.03
+
+
+def test_seeds_for_half_width_iterates_the_t_quantile_to_hand_values():
+    # sd 0.2, h 0.1: z gives (1.96 * 2)^2 = 15.4 -> 16; t_{15} = 2.1314: 2.1314 * 0.2 / 4
+    # = 0.1066 > 0.1; n = 17: 2.1199 * 0.2 / 4.1231 = 0.1028 > 0.1; n = 18: 2.1098 * 0.2 /
+    # 4.2426 = 0.0995 <= 0.1.
+    assert stats.seeds_for_half_width(0.2, 0.1) == 18
+    # h 0.05: (1.96 * 4)^2 = 61.5 -> 62: 2.0003 * 0.2 / 7.874 = 0.0508; 63: 0.0504;
+    # 64: 1.9983 * 0.2 / 8 = 0.04996.
+    assert stats.seeds_for_half_width(0.2, 0.05) == 64
+    # No spread: the floor; a floor above the answer is kept.
+    assert stats.seeds_for_half_width(0.0, 0.1) == 2
+    assert stats.seeds_for_half_width(0.2, 0.1, minimum=20) == 20
+    with pytest.raises(ValueError):
+        stats.seeds_for_half_width(0.2, 0.0)
+
+
+def test_sd_upper_limit_matches_the_chi_square_hand_value():
+    # n = 10: chi2_{0.2, 9} = 5.3801, sqrt(9 / 5.3801) = 1.2934.
+    assert stats.sd_upper_limit(1.0, 10) == pytest.approx(1.2934, abs=1e-4)
+    assert stats.sd_upper_limit(0.3, 10) == pytest.approx(0.3 * 1.2934, abs=1e-4)
+
+
+def test_bca_end_error_is_the_spread_of_the_ends_over_bootstrap_seeds():
+    scores = np.array([[0.38], [0.14], [0.84], [0.12], [0.23], [0.9], [0.05], [0.5]])
+    ends = np.array(
+        [stats.bca_interval(stats.mean_of_tasks, scores, seed, 500)[1:] for seed in range(4)]
+    )
+    expected = ends.std(axis=0, ddof=1).max()
+    assert stats.bca_end_error(stats.mean_of_tasks, scores, 500, repeats=4) == expected
+    assert expected > 0
+    # Scores with no spread have nothing to resample: no error.
+    assert stats.bca_end_error(stats.mean_of_tasks, np.ones((5, 1)), 500) == 0.0
+
+
+def test_reps_for_end_error_scales_with_the_square_of_the_error():
+    # 0.002 at 2,000 resamples -> 0.001 needs 4x: 8,000.
+    assert stats.reps_for_end_error(0.002, 2000, 0.001) == 8000
+    assert stats.reps_for_end_error(0.0005, 2000, 0.001) == 2000

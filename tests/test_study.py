@@ -472,3 +472,74 @@ def test_the_report_reads_each_pair_seed_by_seed_apart_from_its_verdicts(tmp_pat
     assert "| KeyDoor-v0 | grpo | hcapo | 3 | -25.0 [-25.0, -25.0] | 1.00 |" in seed_by_seed
     welch = next(line for line in text.splitlines() if line.startswith("| KeyDoor-v0 | grpo |"))
     assert "-25.0 [-25.0, -25.0]" not in welch and "inconclusive" in welch
+
+
+def pilot_frame() -> pd.DataFrame:
+    """Four seeds of grpo and hcapo on one task, with rows the plan must leave out: a
+    variant (exploratory), an oracle, and another channel's hcapo without its grpo."""
+    rows = []
+    grpo = [0.5, 0.2, 0.9, 0.4]
+    differences = [0.1, 0.3, 0.2, 0.0]
+    for seed, (base, d) in enumerate(zip(grpo, differences, strict=True)):
+        for form, oracle, channel, value in (
+            ("grpo", False, "return", base),
+            ("hcapo", False, "return", base + d),
+            ("hcapo [clip=1,1]", False, "return", 0.0),
+            ("oracle", True, "return", 1.0),
+            ("hcapo", False, "outcome", 1.0),
+        ):
+            rows.append(
+                {
+                    "env": "KeyDoor-v0",
+                    "task": "KeyDoor-v0[delay=4]",
+                    "channel": channel,
+                    "form": form,
+                    "oracle": oracle,
+                    "seed": seed,
+                    "final_success": value,
+                    "auc": value / 2,
+                    "train_seconds": 60.0 if form == "grpo" else 120.0,
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def test_plan_sizes_each_confirmatory_pair_from_its_per_seed_differences():
+    pairs = study.plan_pairs(pilot_frame())
+    assert set(zip(pairs.x, pairs.channel, pairs.endpoint, strict=True)) == {
+        ("hcapo", "return", "final"),
+        ("hcapo", "return", "AUC"),
+    }
+    final = pairs[pairs.endpoint == "final"].iloc[0]
+    # Differences 0.1 0.3 0.2 0.0: mean 0.15, SD sqrt(0.05 / 3) = 0.1291. Half-width 0.1:
+    # n = 8 gives 2.3646 * 0.1291 / 2.8284 = 0.1079, n = 9 gives 2.3060 * 0.1291 / 3 =
+    # 0.0992: 9 seeds. Half-width 0.05: (1.96 * 2.582)^2 = 25.6 -> 26: t_25 = 2.0595,
+    # 0.0521; 27: 0.0511; 28: 2.0518 * 0.1291 / 5.2915 = 0.05006; 29: 0.0491: 29 seeds.
+    assert final.difference == pytest.approx(0.15)
+    assert final.sd_difference == pytest.approx(0.12910, abs=1e-5)
+    assert (final.seeds_10, final.seeds_5) == (9, 29)
+    # The SD's 80 % upper limit (n = 4) is larger, so it asks for more seeds.
+    assert final.seeds_10_upper > final.seeds_10
+    # AUC is half of each value here: half the SD, fewer seeds.
+    auc = pairs[pairs.endpoint == "AUC"].iloc[0]
+    assert auc.sd_difference == pytest.approx(final.sd_difference / 2)
+    costs = study.plan_costs(pilot_frame(), pairs).iloc[0]
+    # 9 seeds of grpo (60 s) and hcapo (120 s): 9 * 180 s = 0.45 run-hours.
+    assert (costs.seeds_10, costs.rows) == (9, 2)
+    assert costs.hours_10 == pytest.approx(0.45)
+
+
+def test_plan_never_asks_fewer_seeds_than_the_pilot_ran():
+    frame = pilot_frame()
+    frame = frame[frame.channel == "return"].copy()
+    for column in ("final_success", "auc"):
+        frame.loc[frame.form == "hcapo", column] = frame[frame.form == "grpo"][column].to_numpy()
+    pairs = study.plan_pairs(frame)
+    assert (pairs.seeds_10 == 2).all()  # no spread in the differences
+    assert study.plan_costs(frame, pairs).iloc[0].seeds_10 == 4
+
+
+def test_plan_without_a_pilot_is_one_line_exit_2(tmp_path, capsys):
+    assert study.main(["--plan", "--pilot", str(tmp_path / "none")]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith("error: ") and error.count("\n") == 1 and "pilot" in error
