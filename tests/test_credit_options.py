@@ -15,8 +15,6 @@ import dataclasses
 import json
 import math
 import re
-import sys
-import types
 import typing
 from pathlib import Path
 
@@ -38,6 +36,7 @@ from creditgym.credit.hca import Outcome
 from creditgym.credit.hindsight import WORDINGS, HindsightPosition, WordingName
 from creditgym.credit.options import field_types, format_value, options_help, parse_value
 from tests.credit_cases import scripted_trajectory
+from tests.doc_recipes import check_entry_point, docs_section, documented_file, documented_module
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -227,32 +226,33 @@ def test_every_committed_run_folder_is_named_by_its_configuration():
 
 # --- docs/extending.md's credit module: one file and one registry line, nothing else -----
 
-EXTENDING = REPO / "docs" / "extending.md"
 
-
-def recipe() -> tuple[str, str]:
-    """The recipe's module code and its `MODULES` line."""
-    text = EXTENDING.read_text(encoding="utf-8")
-    match = re.search(r"^## Adding a credit module\n(.*?)(?=^## |\Z)", text, re.S | re.M)
-    assert match is not None, "docs/extending.md has no '## Adding a credit module' section"
-    blocks = re.findall(r"```python\n(.*?)```", match.group(1), re.S)
+def recipe() -> tuple[str, str, str]:
+    """The recipe's module file, its code and its `MODULES` line."""
+    section = docs_section("Adding a credit module")
+    blocks = re.findall(r"```python\n(.*?)```", section, re.S)
     assert len(blocks) == 2, "expected the module and its registry line as two python blocks"
     module_code, line = blocks
-    return module_code, ast.literal_eval(line.strip().removesuffix(","))
+    return documented_file(section), module_code, ast.literal_eval(line.strip().removesuffix(","))
+
+
+def test_the_recipe_registry_line_names_the_recipe_file() -> None:
+    path, _, entry = recipe()
+    check_entry_point(entry, path)
+    assert all(line.startswith("creditgym.credit.") for line in credit.MODULES)
+    with pytest.raises(AssertionError, match=r"does not name credit/discounted\.py"):
+        check_entry_point("credit.discounted:Discounted", "credit/discounted.py")
 
 
 @pytest.fixture
-def recipe_module(monkeypatch):
-    """The recipe's module as its file would be, registered by its line as `MODULES` is."""
-    module_code, entry = recipe()
-    module_path = entry.partition(":")[0]
-    assert module_path.startswith("credit.") and module_path not in sys.modules
-    module = types.ModuleType(module_path)
-    monkeypatch.setitem(sys.modules, module_path, module)
-    exec(compile(module_code, f"docs:{module_path}", "exec"), module.__dict__)
-    cls = credit.import_class(entry)
-    monkeypatch.setitem(credit.REGISTRY, cls.name, cls)
-    return cls
+def recipe_module(monkeypatch, tmp_path_factory):
+    """The recipe's module written as the file the page names, registered by its line as
+    `MODULES` is."""
+    path, module_code, entry = recipe()
+    with documented_module(path, module_code, tmp_path_factory.mktemp("recipe")):
+        cls = credit.import_class(entry)
+        monkeypatch.setitem(credit.REGISTRY, cls.name, cls)
+        yield cls
 
 
 def test_the_recipe_module_takes_its_options_from_the_command_line(recipe_module, tmp_path):
