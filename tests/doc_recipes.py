@@ -27,7 +27,7 @@ def docs_section(title: str, page: Path = EXTENDING) -> str:
 
 def documented_file(section: str) -> str:
     """The repository file a recipe's module is, as its prose names it: "a module `x/y.py`"."""
-    match = re.search(r"a module `([\w/]+\.py)`", section)
+    match = re.search(r"a module\s+`([\w/]+\.py)`", section)
     assert match is not None, "the recipe names no module file (a module `folder/file.py`)"
     return match.group(1)
 
