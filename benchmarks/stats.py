@@ -30,6 +30,9 @@ on KeyDoor delay 16, seeds .38 .14 .84 .12 .23: percentile [15.6, 60.6] %, Stude
   stated in advance (the only ground for calling two methods a tie);
 - `jonckheere_terpstra`: a permutation test of a monotone trend of scores over ordered
   levels (a delay, a length), the only ground for "falls with the delay";
+- `paired_test` / `paired_tost`: the same two questions for rows paired by seed (the
+  decisive study's stated analysis, docs/study_plan.md): a paired t-test of the mean
+  per-seed difference, and two one-sided paired t-tests of equivalence within a margin;
 - for planning a study from a pilot: `seeds_for_half_width` (the seeds a paired
   difference needs for a 95 % half-width, the t-quantile iterated), `sd_upper_limit`
   (how far a pilot's SD may understate the truth), and `bca_end_error` /
@@ -502,3 +505,39 @@ def reps_for_end_error(error: float, reps: int, target: float) -> int:
     if not (error >= 0 and reps > 0 and target > 0):
         raise ValueError(f"need error >= 0, reps > 0, target > 0; got {error}, {reps}, {target}")
     return max(reps, math.ceil(reps * (error / target) ** 2))
+
+
+def _paired(x: np.ndarray, y: np.ndarray) -> tuple[float, float, int]:
+    """Mean and standard error of the per-seed differences of matched (runs, tasks)
+    matrices (row means, as `paired_difference`), and their degrees of freedom."""
+    if x.shape != y.shape or x.shape[0] < 2:
+        raise ValueError(
+            f"paired matrices need one shape and 2 rows or more, got {x.shape}, {y.shape}"
+        )
+    differences = (x - y).mean(axis=1)
+    n = len(differences)
+    return float(differences.mean()), float(differences.std(ddof=1) / math.sqrt(n)), n - 1
+
+
+def paired_test(x: np.ndarray, y: np.ndarray) -> float:
+    """Two-sided p-value of the paired t-test of mean(X - Y) = 0, rows matched by seed:
+    t = mean(d) / (sd(d) / sqrt(n)) on n - 1 degrees of freedom (Student 1908). With no
+    spread in the differences: 1 if they are all 0, else 0."""
+    difference, se, df = _paired(x, y)
+    if se == 0:
+        return 1.0 if difference == 0 else 0.0
+    return float(2 * scipy.stats.t.sf(abs(difference) / se, df))
+
+
+def paired_tost(x: np.ndarray, y: np.ndarray, margin: float) -> float:
+    """p-value of two one-sided paired t-tests (Schuirmann 1987) that mean(X - Y) lies
+    within (-margin, margin), rows matched by seed: the larger of the p-values of
+    H0: d <= -margin and H0: d >= margin on n - 1 degrees of freedom (as `tost`, paired)."""
+    if not margin > 0:
+        raise ValueError(f"the equivalence margin must be positive, got {margin}")
+    difference, se, df = _paired(x, y)
+    if se == 0:
+        return 0.0 if abs(difference) < margin else 1.0
+    above_low = scipy.stats.t.sf((difference + margin) / se, df)
+    below_high = scipy.stats.t.cdf((difference - margin) / se, df)
+    return float(max(above_low, below_high))

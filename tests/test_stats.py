@@ -265,3 +265,23 @@ def test_reps_for_end_error_scales_with_the_square_of_the_error():
     # 0.002 at 2,000 resamples -> 0.001 needs 4x: 8,000.
     assert stats.reps_for_end_error(0.002, 2000, 0.001) == 8000
     assert stats.reps_for_end_error(0.0005, 2000, 0.001) == 2000
+
+
+def test_paired_test_and_tost_match_hand_values():
+    x = np.array([[0.6], [0.5], [1.1], [0.4]])
+    y = np.array([[0.5], [0.2], [0.9], [0.4]])
+    # d = 0.1 0.3 0.2 0.0: mean 0.15, sd 0.1291, se 0.06455, t = 2.3238 on 3 df:
+    # two-sided p = 0.1027.
+    assert stats.paired_test(x, y) == pytest.approx(0.10273, abs=1e-5)
+    # TOST at 0.1: (0.15 + 0.1) / se = 3.873, upper tail 0.0152; (0.15 - 0.1) / se =
+    # 0.7746, lower tail 0.7525: p = 0.7525 (no equivalence: d is above the margin).
+    assert stats.paired_tost(x, y, 0.1) == pytest.approx(0.75249, abs=1e-5)
+    # At 0.5 both one-sided tests reject: (0.15 - 0.5) / se = -5.42, p = 0.0062.
+    assert stats.paired_tost(x, y, 0.5) < 0.01
+    # No spread in the differences: known exactly.
+    exact = np.array([[0.5], [0.25], [1.0], [0.75]])  # sums without rounding
+    assert stats.paired_test(exact, exact) == 1.0
+    assert stats.paired_test(exact + 0.125, exact) == 0.0
+    assert stats.paired_tost(exact + 0.0625, exact, 0.1) == 0.0
+    with pytest.raises(ValueError):
+        stats.paired_test(x, y[:3])
