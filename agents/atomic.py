@@ -6,7 +6,8 @@ the leaderboard and checkpoints (`trainers.checkpoint`).
 
 Reading back: `jsonl_records` reads the append-only JSON-lines files (run records, the
 trainer's metrics and curve) and tells the incomplete last line a kill can leave (reported,
-not read) from a damaged line (`DamagedFileError`, naming file and line).
+not read) from a damaged line (`DamagedFileError`, naming file and line);
+`counted_records` also checks that a file numbered line by line (the metrics) lost none.
 """
 
 from __future__ import annotations
@@ -109,6 +110,27 @@ def jsonl_records(path: str | os.PathLike) -> Iterator[tuple[int, dict[str, Any]
             if not isinstance(record, dict):
                 raise DamagedFileError(damaged_line(path, line_number, "not a JSON object"))
             yield line_number, record
+
+
+def counted_records(path: str | os.PathLike, key: str) -> list[dict[str, Any]]:
+    """The records of a JSON-lines file whose `key` counts 1, 2, 3, ... line by line (the
+    trainer's metrics, one record per optimiser step), read as `jsonl_records` reads them.
+
+    Raises:
+        DamagedFileError: a record whose `key` is not the next count (a line lost, repeated
+            or out of order), or that has none; names the file and line.
+    """
+    counted = []
+    for line_number, record in jsonl_records(path):
+        expected = len(counted) + 1
+        value = record.get(key)
+        if type(value) is not int or value != expected:
+            what = f"{key} {value!r} where {key} {expected} belongs"
+            if type(value) is int and value > expected:
+                what += f" (records {expected}-{value - 1} are missing)"
+            raise DamagedFileError(damaged_line(Path(path), line_number, what))
+        counted.append(record)
+    return counted
 
 
 def damaged_line(path: Path, line_number: int, what: str) -> str:

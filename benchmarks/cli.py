@@ -15,6 +15,8 @@ import sys
 from collections.abc import Callable, Iterable, Mapping
 from typing import TypeVar
 
+from creditgym.agents.atomic import DamagedFileError
+
 T = TypeVar("T")
 
 USAGE_EXIT_CODE = 2
@@ -53,14 +55,18 @@ def show_library_progress() -> None:
 
 
 def exit_on_usage_error(main: Callable[[list[str] | None], int]) -> Callable[..., int]:
-    """Wrap an entry point so a `UsageError` prints one line and exits with status 2; the
-    library's progress messages are shown (`show_library_progress`)."""
+    """Wrap an entry point so a `UsageError` or a `DamagedFileError` prints one line and
+    exits with status 2; the library's progress messages are shown
+    (`show_library_progress`)."""
 
     def wrapped(argv: list[str] | None = None) -> int:
         show_library_progress()
         try:
             return main(argv)
-        except UsageError as error:
+        # A damaged results file is bad input too (its message names file and line and
+        # what to do): every command reading run folders ends in one line, never a
+        # traceback, whichever reader met the damage.
+        except (UsageError, DamagedFileError) as error:
             print(f"error: {error}", file=sys.stderr)
             return USAGE_EXIT_CODE
         except KeyboardInterrupt:

@@ -237,7 +237,7 @@ def samples_of(runs: Sequence[records.RunData]) -> list[tuple[records.RunData, d
     return [
         (run, sample)
         for run in runs
-        for sample in records.iter_jsonl(run.run_dir / records.SAMPLES_FILE)
+        for sample in records.read_samples(run.run_dir)
         if sample["trajectory"]["steps"]
     ]
 

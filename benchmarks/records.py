@@ -19,8 +19,11 @@ is an incomplete last line (no trailing newline): a reader reports it in one lin
 not count it, and the resumed run cuts it off, saying so, before it appends. So a killed
 run, started again with the same command, keeps every complete episode and repeats none
 (BALROG resumes the same way: per-episode records, summaries derived from them). Any
-other damage (a line in the middle that is not a record, a JSON file that does not parse)
-is a `DamagedFileError` naming the file and line: the commands print it in one line and
+other damage (a line in the middle that is not a record or lacks a field a reader needs,
+a metrics step missing or out of order, a samples file cut short, a JSON file that does
+not parse) is a `DamagedFileError` naming the file and line; a run checks every record
+file before it resumes (`check_run_records`), and so does every report before it counts
+a run (`load_runs`): the commands print it in one line and
 exit with status 2, never counting or skipping the record silently.
 """
 
@@ -39,7 +42,9 @@ from typing import Any, NamedTuple
 from creditgym.agents.atomic import (
     DamagedFileError,
     atomic_write_text,
+    counted_records,
     cut_torn_tail,
+    damaged_line,
     jsonl_records,
 )
 
@@ -213,19 +218,112 @@ def eval_trajectory_record(trajectory: Any, index: int, split: str) -> dict[str,
     }
 
 
+def typed_records(
+    path: Path, fields: Mapping[str, type | tuple[type, ...]], what: str
+) -> Iterator[dict[str, Any]]:
+    """The records of a JSON-lines file (`iter_jsonl`), each checked to hold `fields` with
+    values of their types.
+
+    Raises:
+        DamagedFileError: a line that does not parse, or a record lacking a field or
+            holding one of another type (names the file, line and field).
+    """
+    for line_number, record in jsonl_records(path):
+        for name, kind in fields.items():
+            kinds = kind if isinstance(kind, tuple) else (kind,)
+            value = record.get(name)
+            # A bool is an int to isinstance; no field here takes a bool for a number.
+            if not isinstance(value, kinds) or (type(value) is bool and bool not in kinds):
+                problem = "missing" if name not in record else f"a {type(value).__name__}"
+                raise DamagedFileError(
+                    f"{path}:{line_number}: not {what} (field {name!r} is {problem}); fix or "
+                    "delete that line, or delete the run folder to run it afresh"
+                )
+        yield record
+
+
+# The fields of a line of eval_trajectories.jsonl and of samples.jsonl that readers use.
+EVAL_TRAJECTORY_FIELDS = {"split": str, "index": int, "steps": list, "success": bool}
+SAMPLE_FIELDS = {"trajectory": dict, "credit": dict, "credit_model": str}
+
+
 def read_eval_trajectories(run_dir: Path) -> dict[tuple[str, int], dict[str, Any]]:
     """(split, index) -> the episode's trajectory record; an episode replayed after a kill
-    between its trajectory and its episode record keeps the later line."""
-    return {(r["split"], r["index"]): r for r in iter_jsonl(run_dir / EVAL_TRAJECTORIES_FILE)}
+    between its trajectory and its episode record keeps the later line.
+
+    Raises:
+        DamagedFileError: a line that is not such a record (names the file and line).
+    """
+    path = run_dir / EVAL_TRAJECTORIES_FILE
+    return {
+        (r["split"], r["index"]): r
+        for r in typed_records(path, EVAL_TRAJECTORY_FIELDS, "an evaluation trajectory")
+    }
+
+
+def read_samples(run_dir: Path) -> list[dict[str, Any]]:
+    """The sample trajectories of a run (`benchmarks/run_samples.py`), empty without them.
+
+    Raises:
+        DamagedFileError: a line that is not a sample, or an incomplete last line: the
+            file is written whole (atomically), so a cut one is damage, not a kill's trace.
+    """
+    path = run_dir / SAMPLES_FILE
+    if path.exists() and not path.read_bytes().endswith(b"\n") and path.stat().st_size:
+        lines = path.read_bytes().count(b"\n") + 1
+        raise DamagedFileError(damaged_line(path, lines, "a sample cut short"))
+    samples = list(typed_records(path, SAMPLE_FIELDS, "a sample trajectory"))
+    for number, sample in enumerate(samples, start=1):
+        if not isinstance(sample["trajectory"].get("steps"), list):
+            raise DamagedFileError(damaged_line(path, number, "a trajectory without steps"))
+    return samples
 
 
 def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
-    return list(iter_jsonl(run_dir / METRICS_FILE))
+    """The trainer's records, one per optimiser step, steps 1, 2, ... (a step missing or
+    out of order is a `DamagedFileError` naming its line: `agents.atomic.counted_records`)."""
+    return counted_records(run_dir / METRICS_FILE, "step")
 
 
 def read_curve(run_dir: Path) -> list[dict[str, Any]]:
     """The learning-curve points of a run (empty without `--eval-every`)."""
-    return list(iter_jsonl(run_dir / CURVE_FILE))
+    return list(
+        typed_records(
+            run_dir / CURVE_FILE,
+            {"iteration": int, "optimizer_step": int, "success_rate": (int, float)},
+            "a learning-curve point",
+        )
+    )
+
+
+def read_summary_file(path: Path) -> dict[str, Any] | None:
+    """training.json or done.json: a JSON object, or None when the file is absent.
+
+    Raises:
+        DamagedFileError: it does not parse or is not an object (names the file).
+    """
+    if not path.exists():
+        return None
+    value = read_json(path)
+    if not isinstance(value, dict):
+        raise DamagedFileError(f"{path}: damaged JSON file (not an object); delete it to redo it")
+    return value
+
+
+def check_run_records(run_dir: Path) -> None:
+    """Read every record file of a run folder as its readers do, so that damage is named
+    (file and line) before a run resumes over it or a report counts it.
+
+    Raises:
+        DamagedFileError: the first damaged file, line and what is wrong there.
+    """
+    read_episodes(run_dir)
+    read_eval_trajectories(run_dir)
+    read_metrics(run_dir)
+    read_curve(run_dir)
+    read_samples(run_dir)
+    read_summary_file(run_dir / TRAINING_FILE)
+    read_summary_file(run_dir / DONE_FILE)
 
 
 def run_dirs(root: Path) -> list[Path]:
@@ -380,6 +478,9 @@ def load_runs(root: Path) -> list[RunData]:
     for run_dir in run_dirs(root):
         if not (run_dir / DONE_FILE).exists():
             continue
+        # Every record file, not only those the leaderboard reads: a report built over a
+        # damaged run would count what its damage hid.
+        check_run_records(run_dir)
         episodes = tuple(read_episodes(run_dir))
         if not episodes:
             continue
@@ -396,7 +497,7 @@ def load_runs(root: Path) -> list[RunData]:
                 config=config,
                 episodes=episodes,
                 metrics=tuple(read_metrics(run_dir)),
-                training=read_json(training_path) if training_path.exists() else None,
+                training=read_summary_file(training_path),
                 curve=tuple(read_curve(run_dir)),
             )
         )

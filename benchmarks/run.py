@@ -307,6 +307,9 @@ def run_member(
 
 def run_in(cfg: RunConfig, env_id: str, run_dir: Path, policy: LoadedModel | None) -> Path:
     """Train (or resume), evaluate, write samples and the summary in `run_dir`."""
+    # Every record file as its readers read it, before resuming over it: damage is named
+    # (file and line) instead of ending in a done.json a report would count.
+    records.check_run_records(run_dir)
     if policy is not None and trains(cfg):
         final_dir = run_dir / "final"
         trained = None

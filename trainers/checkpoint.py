@@ -38,7 +38,7 @@ from creditgym.agents.atomic import (
     DamagedFileError,
     atomic_folder,
     atomic_write_text,
-    jsonl_records,
+    counted_records,
 )
 from creditgym.credit.base import CreditModule
 
@@ -255,7 +255,16 @@ class MetricsLog:
         self.text_path = Path(run_dir) / TRAIN_LOG
         self.total_steps = total_steps
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        kept = [record for record in self.read() if record["step"] <= resume_step]
+        written = self.read()
+        # A step's record is written before its checkpoint: every step up to the one
+        # resumed from must be there, or the resumed log would lack records for good.
+        if len(written) < resume_step:
+            raise DamagedFileError(
+                f"{self.path}: holds the records of steps 1-{len(written)}, the checkpoint "
+                f"resumed from is at step {resume_step}: records {len(written) + 1}-"
+                f"{resume_step} are lost; delete the run folder to run it afresh"
+            )
+        kept = written[:resume_step]
         # Atomic: a kill during this rewrite must not lose the records of earlier steps.
         atomic_write_text(self.path, "".join(json.dumps(record) + "\n" for record in kept))
         # purge_step hides TensorBoard events that the resumed run will write again.
@@ -266,15 +275,19 @@ class MetricsLog:
             self.say(f"resumed from the checkpoint of optimiser step {resume_step}")
 
     def read(self) -> list[dict[str, Any]]:
-        """All records written so far (empty when the file does not exist); an incomplete
-        last line is reported and not read, a damaged line raises `DamagedFileError`."""
-        return [record for _, record in jsonl_records(self.path)]
+        """All records written so far, steps 1, 2, ... (empty when the file does not exist);
+        an incomplete last line is reported and not read; a damaged line, or a step missing
+        or out of order, raises `DamagedFileError` naming the line."""
+        return counted_records(self.path, "step")
 
     def write(self, step: int, scalars: Mapping[str, float]) -> None:
-        """Append the record of optimiser step `step` and flush it to disk."""
+        """Append the record of optimiser step `step`, on disk (fsynced) before returning:
+        the checkpoint written next must never be on disk without it."""
         record = {"step": step, **{key: float(value) for key, value in scalars.items()}}
         with open(self.path, "a", encoding="utf-8") as handle:
             handle.write(json.dumps(record) + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
         for key, value in scalars.items():
             self.writer.add_scalar(key, float(value), step)
         self.writer.flush()
