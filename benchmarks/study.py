@@ -58,6 +58,7 @@ from creditgym.benchmarks.cli import UsageError, exit_on_usage_error
 from creditgym.benchmarks.plots import method_colours
 from creditgym.credit import REGISTRY
 from creditgym.credit.base import is_oracle
+from creditgym.credit.exact_source import EXACT_CLASSES
 from creditgym.envs import ENVS
 
 THRESHOLDS = (0.5, 0.8)
@@ -403,6 +404,33 @@ def ceiling_pairs(frame: pd.DataFrame, column: str, reps: int) -> pd.DataFrame:
                 lines += [
                     compare_pair(rows, x, y, column, reps, False, label) for label, rows in scopes
                 ]
+    return verdicts(pd.DataFrame([line for line in lines if line is not None]))
+
+
+# The rows of the exact-hindsight classes (`credit.exact_source`), by their form.
+EXACT_FORMS = frozenset(cls.name for cls in EXACT_CLASSES.values())
+
+
+def exact_pairs(frame: pd.DataFrame, column: str, reps: int) -> pd.DataFrame:
+    """Every pair of exact-hindsight rows in their default form (`EXACT_FORMS`:
+    `hp_rlvr_exact` against `hcapo_exact`) trained on one channel, per env over its tasks
+    and per task of an env with several (`compare_pair`): the formulas against each other
+    when both read perfect hindsight. Oracles both: every verdict is exploratory."""
+    lines = []
+    for _, by_env in frame[frame.form.isin(EXACT_FORMS)].groupby("env", sort=False):
+        tasks = list(dict.fromkeys(by_env.task))
+        scopes = [(None, by_env)] + [
+            (task, by_env[by_env.task == task]) for task in tasks if len(tasks) > 1
+        ]
+        channel = dict(zip(by_env.method, by_env.channel, strict=True))
+        methods = sorted(set(by_env.method))
+        for i, x in enumerate(methods):
+            for y in methods[i + 1 :]:
+                if channel[x] == channel[y]:
+                    lines += [
+                        compare_pair(rows, x, y, column, reps, False, label)
+                        for label, rows in scopes
+                    ]
     return verdicts(pd.DataFrame([line for line in lines if line is not None]))
 
 
@@ -816,6 +844,7 @@ def markdown(
     summary: pd.DataFrame,
     pairs: pd.DataFrame,
     ceilings: pd.DataFrame,
+    formulas: pd.DataFrame,
     trends: pd.DataFrame,
     untrained: Mapping[str, float],
     header: str,
@@ -917,6 +946,18 @@ def markdown(
             "(unadjusted): a ceiling, not a ranking.",
             "",
             *pair_table(ceilings, scope="env or task"),
+            "",
+        ]
+    if not formulas.empty:
+        lines += [
+            "## Exact hindsight, formula against formula",
+            "",
+            "The exact-hindsight rows against each other on the channel both trained on, "
+            "with the tests above: HP-RLVR's divergence weights against HCAPO's ratio when "
+            "both read the exact hindsight distribution. Exploratory (unadjusted): oracles "
+            "both.",
+            "",
+            *pair_table(formulas, scope="env or task"),
             "",
         ]
     if not trends.empty:
@@ -1140,9 +1181,18 @@ def build(args: StudyArgs) -> pd.DataFrame:
     frame.to_csv(args.out / "runs.csv", index=False)
     pairs = improvement_pairs(frame, "final_success", args.reps)
     ceilings = ceiling_pairs(frame, "final_success", args.reps)
+    formulas = exact_pairs(frame, "final_success", args.reps)
     trends = horizon_trends(frame)
     report = markdown(
-        frame, summary, pairs, ceilings, trends, baselines(runs), header, type_success(runs, frame)
+        frame,
+        summary,
+        pairs,
+        ceilings,
+        formulas,
+        trends,
+        baselines(runs),
+        header,
+        type_success(runs, frame),
     )
     (args.out / "study.md").write_text(report, encoding="utf-8")
     horizon_figure(frame, summary, args.out / "credit_vs_horizon.png")
