@@ -64,6 +64,7 @@ from creditgym.benchmarks.run_population import (
     exit_status,
     failed_outcome,
     finished_outcome,
+    held_outcome,
     member_configs,
     plan_prefix,
     population_record,
@@ -248,12 +249,13 @@ def starting_policy(cfg: RunConfig) -> LoadedModel | None:
     return load_policy(cfg.model, cfg.device, model_dtype(cfg))
 
 
-def run_population(cfg: RunConfig) -> list[MemberOutcome]:
+def run_population(cfg: RunConfig, skip_held: bool = False) -> list[MemberOutcome]:
     """Train and evaluate the seeds seed..seed + population - 1 of `cfg` in this process
     (benchmarks/run_population.py), each into the run folder of its single run; returns
     each member's outcome, in seed order. A member that fails is reported in one line
-    and the others go on; bad input common to all (an option, a lock another process
-    holds on any member's folder) stops the population before any work."""
+    and the others go on; bad input common to all (an option) stops the population
+    before any work, and so does a member's folder that another process holds, unless
+    `skip_held` (a sweep's choice: that member is skipped, the others run)."""
     check_population(cfg)
     members = member_configs(cfg)
     for member in members:
@@ -265,11 +267,17 @@ def run_population(cfg: RunConfig) -> list[MemberOutcome]:
     with contextlib.ExitStack() as held:
         # Every member's folder lock before any work: a population (or single run) covering
         # one of these seeds elsewhere is refused at once, naming its holder.
-        fresh = {}
+        fresh, elsewhere = {}, {}
         for member in members:
             run_dir = member.out / run_name(member)
             fresh[member.seed] = not run_dir.exists()
-            held.enter_context(lock.hold(lock.run_folder_lock(run_dir), str(run_dir)))
+            try:
+                held.enter_context(lock.hold(lock.run_folder_lock(run_dir), str(run_dir)))
+            except lock.LockHeldError as error:
+                if not skip_held:
+                    raise
+                elsewhere[member.seed] = held_outcome(member.seed, run_dir, error)
+                continue
             held.enter_context(removed_if_unstarted(run_dir, fresh[member.seed]))
         # Built once; each member trains a copy, so every member starts from the weights
         # its single run loads (`small` is built from a fixed seed, not the run's).
@@ -277,7 +285,10 @@ def run_population(cfg: RunConfig) -> list[MemberOutcome]:
         print(plan_prefix(cfg) + plan_line(members[0], env_id, policy), flush=True)
         outcomes = []
         for member in members:
-            outcomes.append(run_member(member, cfg, env_id, policy, fresh[member.seed]))
+            outcome = elsewhere.get(member.seed) or run_member(
+                member, cfg, env_id, policy, fresh[member.seed]
+            )
+            outcomes.append(outcome)
             print(progress_line(cfg, outcomes), flush=True)
     return outcomes
 

@@ -27,7 +27,9 @@ from typing import Any, NamedTuple
 from creditgym.agents.atomic import DamagedFileError
 from creditgym.benchmarks import records
 from creditgym.benchmarks.cli import UsageError
+from creditgym.benchmarks.lock import LockHeldError
 from creditgym.benchmarks.run_config import RunConfig
+from creditgym.benchmarks.run_identity import run_name
 from creditgym.credit.base import NonFiniteError
 
 # Exit status of a member stopped by bad input (a NaN loss or reward, a damaged record or
@@ -72,14 +74,16 @@ class MemberOutcome(NamedTuple):
     seed: int
     run_dir: Path
     status: int  # 0 finished; else the exit status its single run would give
-    error: str | None  # one line, when it failed
+    verdict: str  # finished; skipped (another process holds its folder); stopped (failed)
+    error: str | None  # one line, when it did not finish
     success_pct: float | None  # held-out success of its first split, when finished
 
 
 def finished_outcome(seed: int, run_dir: Path) -> MemberOutcome:
     """The outcome of a member whose folder holds done.json (its summary's first split)."""
     rows = records.read_json(run_dir / records.DONE_FILE)["summary"]
-    return MemberOutcome(seed, run_dir, 0, None, rows[0]["success_pct"] if rows else None)
+    success = rows[0]["success_pct"] if rows else None
+    return MemberOutcome(seed, run_dir, 0, "finished", None, success)
 
 
 def failed_outcome(seed: int, run_dir: Path, error: BaseException) -> MemberOutcome:
@@ -88,7 +92,13 @@ def failed_outcome(seed: int, run_dir: Path, error: BaseException) -> MemberOutc
     text = (str(error).splitlines() or [""])[0]
     if not isinstance(error, BAD_INPUT_ERRORS):
         text = f"{type(error).__name__}: {text}"
-    return MemberOutcome(seed, run_dir, status, text, None)
+    return MemberOutcome(seed, run_dir, status, "stopped", text, None)
+
+
+def held_outcome(seed: int, run_dir: Path, error: LockHeldError) -> MemberOutcome:
+    """The outcome of a member another process is running (not done here: exit status 1,
+    as a sweep counts a run it skipped)."""
+    return MemberOutcome(seed, run_dir, FAILED_STATUS, "skipped", str(error), None)
 
 
 def seed_range(cfg: RunConfig) -> str:
@@ -110,10 +120,11 @@ def plan_prefix(cfg: RunConfig) -> str:
 def progress_line(cfg: RunConfig, outcomes: Sequence[MemberOutcome]) -> str:
     """`population seeds 0-7: 3/8 done, 1 failed; mean held-out success 45.2 % over 2`."""
     done = [o.success_pct for o in outcomes if o.status == 0 and o.success_pct is not None]
-    failed = sum(o.status != 0 for o in outcomes)
     line = f"population {seed_range(cfg)}: {len(outcomes)}/{cfg.population} members ended"
-    if failed:
-        line += f", {failed} failed"
+    for verdict, words in (("skipped", "held by another process"), ("stopped", "stopped")):
+        count = sum(o.verdict == verdict for o in outcomes)
+        if count:
+            line += f", {count} {words}"
     if done:
         line += f"; mean held-out success {statistics.fmean(done):.1f} % over {len(done)}"
     return line
@@ -122,3 +133,43 @@ def progress_line(cfg: RunConfig, outcomes: Sequence[MemberOutcome]) -> str:
 def exit_status(outcomes: Sequence[MemberOutcome]) -> int:
     """The population's exit status: the largest of its members' (0 when all finished)."""
     return max((o.status for o in outcomes), default=0)
+
+
+def group_into_populations(configs: Sequence[RunConfig], size: int) -> list[RunConfig]:
+    """`configs` (single runs) as populations of at most `size` consecutive seeds of one
+    configuration, for `benchmarks.sweep`: runs that differ only in their seed join, and
+    the populations keep the order of their first runs (so a configuration's later block
+    of seeds may join an earlier block's population); a run whose neighbouring seeds are
+    absent stays alone.
+
+    Raises:
+        UsageError: `size` < 1, or a run that is a population already.
+    """
+    if size < 1:
+        raise UsageError(f"--population must be >= 1 (got {size})")
+    if any(config.population != 1 for config in configs):
+        raise UsageError("a sweep groups its seeds itself: set its --population, not `population`")
+    seeds: dict[RunConfig, list[int]] = {}
+    for config in configs:
+        # A run named by --name has a folder of its own: it stays alone.
+        base = config if config.name else dataclasses.replace(config, seed=0)
+        seeds.setdefault(base, []).append(config.seed)
+    populations = []
+    for base, found in seeds.items():
+        ordered = sorted(set(found))
+        start = 0
+        for end in range(1, len(ordered) + 1):
+            if end == len(ordered) or ordered[end] != ordered[end - 1] + 1 or end - start == size:
+                populations.append(
+                    dataclasses.replace(base, seed=ordered[start], population=end - start)
+                )
+                start = end
+    first = {config: position for position, config in reversed(list(enumerate(configs)))}
+    return sorted(populations, key=lambda p: first[dataclasses.replace(p, population=1)])
+
+
+def population_label(cfg: RunConfig) -> str:
+    """A run's name, or for a population its first member's with its seeds."""
+    if cfg.population == 1:
+        return run_name(cfg)
+    return f"{run_name(member_configs(cfg)[0])} (population of {cfg.population}, {seed_range(cfg)})"

@@ -23,10 +23,13 @@ after a crash continues where it stopped. The leaderboard is rebuilt at the end.
 run on `--device cuda`) on the Ray that `ray.init()` finds: the cluster named by
 `--ray-address` or `RAY_ADDRESS`, else a local one started for the sweep. A task runs
 `benchmarks.run`'s own `run`, so run folders, skip-finished and resume are the local
-executor's. A task whose worker dies (killed, out of memory, node lost) is retried up to
-`--retries` times into the same folder, where the run resumes from its last checkpoint
-and last written episode; a run that raises is reported with its error and the others
-go on. On a cluster every node must see `--out` (shared storage), so it must be absolute.
+executor's. The runs to do are grouped into populations (`--population`, default 8: the
+consecutive seeds of one configuration trained in one process, `benchmarks.run
+--population`, into the same run folders), each one local run or one Ray task. A task
+whose worker dies (killed, out of memory, node lost) is retried up to `--retries` times
+into the same folders, where each run resumes from its last checkpoint and last written
+episode; a run that raises is reported with its error and the others go on. On a
+cluster every node must see `--out` (shared storage), so it must be absolute.
 
 Each run holds its folder's lock while it runs (`benchmarks/lock.py`), so two sweeps over
 one grid never write the same run: a run another process holds is reported in one line,
@@ -62,11 +65,17 @@ from creditgym.benchmarks import leaderboard
 from creditgym.benchmarks.cli import UsageError, exit_on_usage_error, lookup, suggest
 from creditgym.benchmarks.common import MACHINE_RESOLVED_DTYPES, PER_MACHINE_DTYPES
 from creditgym.benchmarks.lock import LockHeldError
-from creditgym.benchmarks.run import run
+from creditgym.benchmarks.run import run, run_population
 from creditgym.benchmarks.run_config import PRESETS, RunConfig
 from creditgym.benchmarks.run_eval import is_finished
 from creditgym.benchmarks.run_identity import hashed_name, run_identity, run_name
+from creditgym.benchmarks.run_population import (
+    group_into_populations,
+    member_configs,
+    population_label,
+)
 from creditgym.benchmarks.run_validate import validate
+from creditgym.benchmarks.sweep_file import check_sweep_file
 
 RUN_FIELDS = {f.name: f for f in dataclasses.fields(RunConfig)}
 DEFAULT_SWEEP_OUT = RunConfig.out  # ad-hoc sweeps stay out of the committed reference set
@@ -104,6 +113,11 @@ class SweepConfig:
     retries: int = 3
     """--executor ray: times a run whose worker died is started again (it resumes); a run
     that raises an error is not retried."""
+    population: int = 8
+    """Most seeds of one configuration trained together in one process (`benchmarks.run
+    --population`, the same run folders): the runs to do that differ only in consecutive
+    seeds are grouped into populations of up to this many, each one local run or one Ray
+    task; 1: every run alone."""
 
 
 def _coerce(key: str, value: Any) -> Any:
@@ -165,8 +179,9 @@ def load_sweep(path: Path, out: Path | None) -> list[RunConfig]:
             document = tomllib.load(handle)
     except OSError as error:
         raise UsageError(f"cannot read sweep file {path}: {error.strerror or error}") from error
-    except tomllib.TOMLDecodeError as error:
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
         raise UsageError(f"{path} is not valid TOML: {error}") from error
+    check_sweep_file(path, document)  # every value of its field's type, before any is used
     return expand(document, out)
 
 
@@ -174,9 +189,9 @@ def run_local(configs: Sequence[RunConfig], sweep: SweepConfig) -> list[str]:
     """Run `configs` one after another in this process; one line per failed run."""
     failures = []
     for number, config in enumerate(configs, start=1):
-        print(f"[{number}/{len(configs)}] {run_name(config)}: running", flush=True)
+        print(f"[{number}/{len(configs)}] {population_label(config)}: running", flush=True)
         try:
-            run(config)
+            failures += run_one(config)
         # Another sweep or terminal is running it, or its folder holds a damaged file: one
         # line each (the message says what to do), and the sweep goes on.
         except (LockHeldError, DamagedFileError) as error:
@@ -193,14 +208,31 @@ def run_local(configs: Sequence[RunConfig], sweep: SweepConfig) -> list[str]:
     return failures
 
 
+def run_one(config: RunConfig) -> list[str]:
+    """A run, or a population of runs (`benchmarks.run.run_population`, whose members
+    fail apart, and whose member another process holds is skipped as a run would be):
+    one line per run that did not finish, each also printed."""
+    if config.population == 1:
+        run(config)
+        return []
+    outcomes = run_population(config, skip_held=True)
+    failures = []
+    for member, outcome in zip(member_configs(config), outcomes, strict=True):
+        if outcome.error is not None:
+            print(f"{run_name(member)}: {outcome.verdict}, {outcome.error}", flush=True)
+            failures.append(f"{run_name(member)}: {outcome.error}")
+    return failures
+
+
 def task_of(config: RunConfig) -> tuple[Any, ...]:
     """What decides the env workers a run uses (its env and the env's kwargs)."""
     return (config.env, config.faults, config.env_options, config.max_episode_steps)
 
 
-def run_cell(config: RunConfig, expected_name: str | None = None) -> str:
-    """One configuration in a Ray worker: `benchmarks.run.run`, which resumes whatever
-    the folder holds (a retry after the worker died continues, repeating nothing).
+def run_cell(config: RunConfig, expected_name: str | None = None) -> list[str]:
+    """One configuration (a run or a population) in a Ray worker: `run_one`, which
+    resumes whatever the folders hold (a retry after the worker died continues,
+    repeating nothing); one line per run that failed.
 
     `expected_name`: the run's name as the sweep's driver resolved it. A CPU run's
     `dtype = "fast"` resolves by the processor it runs on, so a worker on a node whose
@@ -214,7 +246,7 @@ def run_cell(config: RunConfig, expected_name: str | None = None) -> str:
                 f"otherwise; run the sweep where every node computes in one precision, or "
                 f"give an explicit --dtype"
             )
-        return run(config).name
+        return run_one(config)
     finally:
         # Ray reuses the worker for other tasks: what a task started ends with it, as the
         # resources it reserved do.
@@ -244,16 +276,17 @@ def run_on_ray(configs: Sequence[RunConfig], sweep: SweepConfig) -> list[str]:
     for config in configs:
         options = ray_task_options(config, sweep)
         pending[remote_cell.options(**options).remote(config, options["name"])] = config
-        print(f"submitted {options['name']}", flush=True)
+        print(f"submitted {population_label(config)}", flush=True)
     failures, ended = [], 0
     while pending:
         [ref], _ = ray.wait(list(pending), num_returns=1)
-        name = run_name(pending.pop(ref))
+        name = population_label(pending.pop(ref))
         ended += 1
         status = "failed"
         try:
-            ray.get(ref)
-            status = "finished"
+            failed_members = ray.get(ref)
+            failures += failed_members
+            status = f"{len(failed_members)} failed" if failed_members else "finished"
         except ray.exceptions.RayTaskError as error:  # the run raised: show its traceback
             print(error, file=sys.stderr)
             failures.append(f"{name}: {error.cause}")
@@ -331,6 +364,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[{number}/{len(configs)}] {run_name(config)}: {status}", flush=True)
         if not done:
             todo.append(config)
+    todo = group_into_populations(todo, sweep.population)
     failures = [] if sweep.dry_run or not todo else EXECUTORS[sweep.executor](todo, sweep)
     if sweep.leaderboard and not sweep.dry_run and configs:
         out = configs[0].out

@@ -16,10 +16,11 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from creditgym.benchmarks import lock, records
+from creditgym.benchmarks import lock, records, sweep
 from creditgym.benchmarks.run import main, parse_config, run_population
+from creditgym.benchmarks.run_config import RunConfig
 from creditgym.benchmarks.run_identity import run_name
-from creditgym.benchmarks.run_population import member_configs
+from creditgym.benchmarks.run_population import group_into_populations, member_configs
 
 # `small` on KeyDoor delay 4: two iterations of 8 rollouts, a learning curve, samples and
 # one evaluation batch: every file a run writes, in a few seconds.
@@ -161,7 +162,7 @@ def test_a_member_with_a_damaged_checkpoint_is_one_line_and_the_others_finish(tm
     assert "Traceback" not in captured.err
     assert not (folder(tmp_path, 0) / records.DONE_FILE).exists()
     assert (folder(tmp_path, 1) / records.DONE_FILE).exists()
-    assert "2/2 members ended, 1 failed; mean held-out success" in captured.out
+    assert "2/2 members ended, 1 stopped; mean held-out success" in captured.out
 
 
 def start(out: Path) -> int:
@@ -264,3 +265,57 @@ def test_every_study_module_trains_in_a_population(credit, options, tmp_path):
         assert (population_out / name / records.SAMPLES_FILE).read_bytes() == (
             single_out / name / records.SAMPLES_FILE
         ).read_bytes()
+
+
+def test_a_sweep_groups_consecutive_seeds_of_one_configuration_into_populations():
+    def config(seed: int, credit: str = "grpo", name: str | None = None) -> RunConfig:
+        return RunConfig(env="keydoor", model="small", credit=credit, seed=seed, name=name)
+
+    runs = [config(s) for s in (0, 1, 2, 3, 4, 6)] + [config(0, "gigpo"), config(2, "gigpo")]
+    runs += [config(7, name="mine"), config(8, name="mine")]  # named runs stay alone
+    grouped = group_into_populations(runs, 3)
+    assert [(c.credit, c.seed, c.population, c.name) for c in grouped] == [
+        ("grpo", 0, 3, None),
+        ("grpo", 3, 2, None),
+        ("grpo", 6, 1, None),
+        ("gigpo", 0, 1, None),
+        ("gigpo", 2, 1, None),
+        ("grpo", 7, 1, "mine"),
+        ("grpo", 8, 1, "mine"),
+    ]
+    # The same runs, every one alone at a population size of 1.
+    assert group_into_populations(runs, 1) == runs
+
+
+SCRIPTED_SWEEP = """
+[common]
+env = "sysdiag"
+model = "random"
+credit = "none"
+eval_episodes = 2
+sample_group_size = 0
+
+[[grid]]
+seed = [0, 1, 2]
+"""
+
+
+def test_a_sweep_in_populations_writes_the_run_folders_of_one_in_single_runs(tmp_path, capsys):
+    sweep_file = tmp_path / "sweep.toml"
+    sweep_file.write_text(SCRIPTED_SWEEP)
+    argv = ["--config", str(sweep_file), "--no-leaderboard"]
+    assert sweep.main([*argv, "--out", str(tmp_path / "single"), "--population", "1"]) == 0
+    assert sweep.main([*argv, "--out", str(tmp_path / "grouped"), "--population", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "(population of 2, seeds 0-1): running" in out
+    single, grouped = (sorted((tmp_path / d).iterdir()) for d in ("single", "grouped"))
+    assert [p.name for p in single] == [p.name for p in grouped]
+    for one, member in zip(single, grouped, strict=True):
+        assert (member / records.EPISODES_FILE).read_bytes() == (
+            one / records.EPISODES_FILE
+        ).read_bytes()
+    populations = [
+        records.read_json(member / records.PROVENANCE_FILE).get("population", {}).get("seeds")
+        for member in grouped
+    ]
+    assert populations == [[0, 1], [0, 1], None]
