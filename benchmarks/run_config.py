@@ -30,9 +30,14 @@ class RunConfig:
     """Environment: a registered short name (`EnvInfo.short_name` in envs/__init__.py, e.g.
     sysdiag, keydoor) or id. SysDiag is the default: its episodes are fast enough for a CPU
     run."""
-    credit: str = "grpo"
-    """Credit module (grpo, gigpo, hcapo, hcapo_seed, hp_rlvr, rule_based, or
-    package.module:Class); `none` evaluates the model or scripted agent without training."""
+    # The help names every registered module, from the registry.
+    credit: Annotated[
+        str,
+        tyro.conf.arg(
+            help=f"Credit module ({', '.join(credit.REGISTRY)}, or package.module:Class); "
+            "`none` evaluates the model or scripted agent without training."
+        ),
+    ] = "grpo"
     model: str = "smollm2-135m"
     """Policy: a model name (tiny, smollm2-135m), a Hugging Face id or local folder, or a
     scripted agent (expert, random)."""

@@ -121,6 +121,14 @@ def test_every_option_of_every_module_appears_once_in_help(capsys, monkeypatch):
     assert any(line.startswith(f"{', '.join(without)}: no options.") for line in lines)
 
 
+def test_the_credit_help_names_every_registered_module(capsys, monkeypatch):
+    (line,) = [
+        line for line in help_text(capsys, monkeypatch).splitlines() if "--credit STR" in line
+    ]
+    assert f"({', '.join(credit.REGISTRY)}, or package.module:Class)" in line
+    assert {"oracle", "hca"} <= set(credit.REGISTRY)
+
+
 def test_the_four_spellings_of_one_value_are_one_run_and_a_spelled_default_is_none():
     base = RunConfig(env="keydoor", credit="hcapo", model="tiny")
     names = {
