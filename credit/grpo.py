@@ -33,7 +33,7 @@ from creditgym.credit.base import (
     broadcast_to_tokens,
     options_of,
 )
-from creditgym.credit.options import doc
+from creditgym.credit.options import check_choices, doc
 
 ScaleRewards = Literal["group", "batch", "none"]
 Rows = Literal["trajectories", "steps"]
@@ -237,10 +237,7 @@ class GRPOOptions:
     )
 
     def __post_init__(self) -> None:
-        if self.scale_rewards not in ("group", "batch", "none"):
-            raise ValueError(
-                f"scale_rewards must be 'group', 'batch' or 'none', got {self.scale_rewards!r}"
-            )
+        check_choices(self)
 
 
 class ConventionModule(CreditModuleBase):

@@ -42,7 +42,7 @@ from creditgym.credit.base import (
     options_of,
 )
 from creditgym.credit.exact_hindsight import OUTCOMES, ExactHindsight, exact_hindsight
-from creditgym.credit.options import doc
+from creditgym.credit.options import check_choices, doc
 from creditgym.credit.policy_evaluation import TableSource, task_truths
 from creditgym.envs.mdp import FiniteMDP
 
@@ -81,8 +81,7 @@ class HCAOptions:
     )
 
     def __post_init__(self) -> None:
-        if self.outcome not in OUTCOMES:
-            raise ValueError(f"unknown outcome {self.outcome!r}; valid: {', '.join(OUTCOMES)}")
+        check_choices(self)
 
 
 class HCA(CreditModuleBase):

@@ -167,6 +167,26 @@ def test_bad_options_are_one_usage_line_naming_the_module():
         credit_options_of(dataclasses.replace(base, credit="none", credit_options=("gamma=1",)))
 
 
+LITERAL_OPTIONS = [
+    (name, spec.name)
+    for name, cls in credit.REGISTRY.items()
+    for spec in dataclasses.fields(cls.Options)
+    if typing.get_origin(field_types(cls.Options)[spec.name]) is typing.Literal
+]
+
+
+@pytest.mark.parametrize(("module", "option"), LITERAL_OPTIONS)
+def test_a_choice_outside_its_literal_is_refused_in_one_line(module, option):
+    # Built in Python, where no parser has checked the value: `check_choices` refuses it.
+    choices = typing.get_args(field_types(credit.REGISTRY[module].Options)[option])
+    with pytest.raises(ValueError, match=rf"^{option} must be one of {', '.join(choices)}, got"):
+        credit.REGISTRY[module].Options(**{option: "no-such-choice"})
+
+
+def test_the_modules_with_choices_are_checked():
+    assert {("grpo", "scale_rewards"), ("hca", "outcome")} <= set(LITERAL_OPTIONS)
+
+
 @pytest.mark.parametrize(
     ("annotation", "value"),
     [
