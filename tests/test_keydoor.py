@@ -13,9 +13,11 @@ import pytest
 from creditgym import envs  # noqa: F401  (registers creditgym/KeyDoor-v0)
 from creditgym.agents.base import ExpertAgent, RandomAgent
 from creditgym.agents.episode import play_episode
+from creditgym.credit.policy_evaluation import evaluate_policy, reachable_states
 from creditgym.envs import ENVS
 from creditgym.envs.keydoor.dynamics import APPLE_REWARDS, DOOR_REWARD, EAT, KEY, OPEN, WAIT
 from creditgym.envs.keydoor.env import DEFAULT_DELAY, KeyDoorEnv
+from creditgym.measure.ground_truth import OutcomeMDP
 
 SEEDS = range(200)
 
@@ -213,3 +215,88 @@ def test_default_limit_leaves_two_spare_turns_at_the_door() -> None:
     assert KeyDoorEnv(delay=5).max_steps == 5 + 2 + 2
     assert ENVS["creditgym/KeyDoor-v0"].max_episode_steps == KeyDoorEnv().max_steps
     assert ENVS["creditgym/KeyDoor-v0"].markov
+
+
+# ---------------------------------------------------------------- several keys (num_keys)
+
+
+def test_one_key_is_the_env_every_committed_run_used():
+    """num_keys=1 draws the same tasks, shows the same text and pays the same: the
+    default env, episode for episode (the committed runs' name leaves it out)."""
+    for seed in range(3):
+        plain, one = (
+            KeyDoorEnv(delay=3, variance="high"),
+            KeyDoorEnv(delay=3, variance="high", num_keys=1),
+        )
+        observation, info = plain.reset(seed=seed)
+        assert one.reset(seed=seed) == (observation, info)
+        for action in ["take the lamp", EAT, "dance", EAT, OPEN]:
+            assert one.step(action) == plain.step(action)
+
+
+def test_several_keys_the_scripted_expert_opens_the_door_every_time():
+    env = KeyDoorEnv(delay=2, variance="high", num_keys=3)
+    for seed in range(20):
+        observation, info = env.reset(seed=seed)
+        assert observation.startswith("You are in room 1 of 3.")
+        total, keys = 0.0, 0
+        while True:
+            observation, reward, terminated, truncated, info = env.step(info["expert_action"])
+            total += reward
+            keys += info["key_step"] and not terminated
+            if terminated or truncated:
+                break
+        assert terminated and info["success"] and keys == 3
+        assert total >= DOOR_REWARD + 2  # the door and at least 1 per apple
+        assert observation == "You unlock the door with every key and step through."
+
+
+def test_several_keys_a_missing_key_locks_the_door_and_the_expert_needs_each_room():
+    env = KeyDoorEnv(delay=1, num_objects=2, num_keys=2)
+    observation, info = env.reset(seed=0)
+    first = info["admissible_commands"]
+    _, _, _, _, info = env.step(f"take the {KEY}")
+    second = info["admissible_commands"]
+    other = next(c for c in second if c != f"take the {KEY}")
+    _, _, _, _, info = env.step(other)
+    assert info["phase"] == "orchard"
+    env.step(WAIT)
+    observation, reward, terminated, _, info = env.step(OPEN)
+    assert terminated and not info["success"] and reward == 0.0
+    assert observation.startswith(
+        "The door is locked, and you lack a key: you are carrying the key and"
+    )
+    assert len(first) == len(second) == 3
+
+
+def test_several_keys_the_exact_mdp_puts_random_play_off_the_ceiling():
+    """Positive control on the exact MDP: the expert's policy succeeds with probability 1;
+    a uniformly random room choice with (1 / (n + 1))^K, n distractors per room (then
+    opening the door at once: the door's only other choice is to wait)."""
+    env = KeyDoorEnv(delay=2, num_objects=3, num_keys=3)
+    env.reset(seed=4)
+    mdp = OutcomeMDP(env.finite_mdp())
+    states = reachable_states(mdp)
+
+    def table(room_choice) -> dict:
+        return {
+            s: {
+                a: room_choice(s, a) if s.startswith("room") else float(a in (OPEN, EAT))
+                for a in mdp.actions(s)
+            }
+            for s in states
+        }
+
+    expert = table(lambda s, a: float(a == f"take the {KEY}"))
+    uniform = table(lambda s, a: 1.0 / len(mdp.actions(s)))
+    start = mdp.initial_states()[0][1]
+    assert evaluate_policy(mdp, expert).values[start] == pytest.approx(1.0)
+    assert evaluate_policy(mdp, uniform).values[start] == pytest.approx((1 / 4) ** 3)
+
+
+@pytest.mark.parametrize("options", [{"num_keys": 0}, {"num_keys": 5}, {"num_keys": "2"}])
+def test_num_keys_out_of_range_is_refused(options):
+    with pytest.raises(ValueError, match="num_keys must be an integer"):
+        KeyDoorEnv(**options)
+    with pytest.raises(ValueError, match="needs num_keys=1"):
+        KeyDoorEnv(num_keys=2, causal_feedback=True)

@@ -6,12 +6,16 @@ the dynamics, so the sampled env and the enumerated MDP cannot drift apart; what
 share with the agent (observation, task text, admissible commands) comes from
 `observation` / `commands` here too.
 
-Timeline of one episode (t = steps taken so far, the step count in the state):
+Timeline of one episode (t = steps taken so far, the step count in the state; K the
+number of keys, 1 unless the env's `num_keys` says otherwise):
 
-    t = 0                  room     "take the <thing>" for the key and each distractor
-    t = 1 .. delay         orchard  "eat the apple" (random reward) or "wait" (0)
-    t = delay + 1 ..       door     "open the door" (ends the episode) or "wait"
+    t = 0 .. K - 1         rooms    "take the <thing>" for the room's key and distractors
+    t = K .. K + delay - 1 orchard  "eat the apple" (random reward) or "wait" (0)
+    t = K + delay ..       door     "open the door" (ends the episode) or "wait"
     t = max_steps          step limit: the episode is truncated
+
+The door opens only for an agent carrying every room's key: with K > 1 several
+decisions must each be right, so the outcome alone no longer tells a group which one was.
 
 References: Hung et al. 2019 (Nature Communications, arXiv 1810.06721) for the three
 phases; Mesnard et al. 2021 (ICML, arXiv 2011.09464) for the low- and high-variance
@@ -27,6 +31,8 @@ from creditgym.envs.mdp import StateView, Transition
 
 KEY = "key"
 NOTHING = "nothing"
+# Joins the things carried from several rooms in a state's `holding` ("key+lamp").
+CARRIED_SEP = "+"
 # Everyday things with no bearing on a door (no tools, nothing that opens anything), all
 # starting with a consonant so every one reads "a <thing>".
 DISTRACTOR_POOL = (
@@ -65,15 +71,15 @@ class KeyDoorTask:
 
     Attributes:
         task_id: "keydoor-<n>" (with the env's kwargs, decodes to this instance).
-        table: the things on the room's table in the order shown and offered, the key
-            among them.
-        delay: orchard turns between the room and the door.
+        tables: per room, the things on its table in the order shown and offered, a key
+            among them; one room unless the env's `num_keys` is above 1.
+        delay: orchard turns between the last room and the door.
         apple_rewards: values an apple pays, each with probability 1 / len.
         max_steps: step limit (the state at t = max_steps is never acted in).
     """
 
     task_id: str
-    table: tuple[str, ...]
+    tables: tuple[tuple[str, ...], ...]
     delay: int
     apple_rewards: tuple[float, ...]
     max_steps: int
@@ -81,7 +87,8 @@ class KeyDoorTask:
 
 @dataclass(frozen=True)
 class KeyDoorState:
-    """The true state: steps taken and what the agent carries (the phase follows from t)."""
+    """The true state: steps taken and what the agent carries (the phase follows from t):
+    one thing, `NOTHING`, or with several rooms the things taken joined by `CARRIED_SEP`."""
 
     steps: int
     holding: str
@@ -98,8 +105,8 @@ class Outcome:
         reward: reward paid by the step.
         terminated: the door was opened (with or without the key).
         truncated: the step limit was reached first.
-        success: the door was opened holding the key.
-        key_step: the step took the key, or opened the door holding it.
+        success: the door was opened holding every key.
+        key_step: the step took a key, or opened the door holding every key.
     """
 
     reached: KeyDoorState | None
@@ -116,21 +123,46 @@ class Outcome:
 
 
 def build_task(
-    index: int, delay: int, apple_rewards: tuple[float, ...], num_objects: int, max_steps: int
+    index: int,
+    delay: int,
+    apple_rewards: tuple[float, ...],
+    num_objects: int,
+    max_steps: int,
+    num_keys: int = 1,
 ) -> KeyDoorTask:
-    """Task `keydoor-<index>`: which distractors lie on the table, and in what order."""
-    rng = random.Random(f"creditgym/KeyDoor-v0/{num_objects}/{index}")
-    table = [KEY, *rng.sample(DISTRACTOR_POOL, num_objects)]
-    # Shuffled so that the key's position in the command list carries no signal.
-    rng.shuffle(table)
-    return KeyDoorTask(f"keydoor-{index}", tuple(table), delay, apple_rewards, max_steps)
+    """Task `keydoor-<index>`: which distractors lie on each room's table, in what order."""
+    # One room draws exactly as the single-key env always has (its tasks unchanged).
+    seed = f"creditgym/KeyDoor-v0/{num_objects}/{index}"
+    rng = random.Random(seed if num_keys == 1 else f"{seed}/keys={num_keys}")
+    tables = []
+    for _room in range(num_keys):
+        table = [KEY, *rng.sample(DISTRACTOR_POOL, num_objects)]
+        # Shuffled so that the key's position in the command list carries no signal.
+        rng.shuffle(table)
+        tables.append(tuple(table))
+    return KeyDoorTask(f"keydoor-{index}", tuple(tables), delay, apple_rewards, max_steps)
+
+
+def rooms(task: KeyDoorTask) -> int:
+    """K, the number of rooms (each with a key the door needs)."""
+    return len(task.tables)
 
 
 def phase(task: KeyDoorTask, state: KeyDoorState) -> str:
     """The phase `state` is in: "room", "orchard" or "door"."""
-    if state.steps == 0:
+    if state.steps < rooms(task):
         return "room"
-    return "orchard" if state.steps <= task.delay else "door"
+    return "orchard" if state.steps < rooms(task) + task.delay else "door"
+
+
+def carried(holding: str) -> tuple[str, ...]:
+    """The things `holding` names (none for `NOTHING`)."""
+    return () if holding == NOTHING else tuple(holding.split(CARRIED_SEP))
+
+
+def has_every_key(task: KeyDoorTask, holding: str) -> bool:
+    """Whether `holding` holds one key per room: what opens the door."""
+    return carried(holding).count(KEY) == rooms(task)
 
 
 def state_id(task: KeyDoorTask, state: KeyDoorState) -> str:
@@ -147,12 +179,15 @@ def parse_state_id(task: KeyDoorTask, text: str) -> KeyDoorState:
     except ValueError as error:
         raise ValueError(f"not a KeyDoor state id: {text!r}") from error
     state = KeyDoorState(steps, holding)
-    # The room is only ever entered empty-handed; later, the agent carries one thing of
-    # the table or (after a command that was not admissible in the room) nothing. The
-    # round trip rejects spellings other than the canonical one ("t=03", "t=+3").
+    # The first room is only ever entered empty-handed; later, the agent carries at most
+    # one thing of each room it left (nothing after a command that was not admissible
+    # there). The round trip rejects spellings other than the canonical one ("t=03").
+    things = carried(holding)
+    left = min(steps, rooms(task))
     valid = (
         0 <= steps < task.max_steps
-        and (holding == NOTHING if steps == 0 else holding in (NOTHING, *task.table))
+        and len(things) <= left
+        and all(thing in {t for table in task.tables[:left] for t in table} for thing in things)
         and state_id(task, state) == text
     )
     if not valid:
@@ -164,7 +199,7 @@ def commands(task: KeyDoorTask, state: KeyDoorState) -> tuple[str, ...]:
     """Admissible commands in `state`, in the order shown."""
     where = phase(task, state)
     if where == "room":
-        return tuple(f"take the {thing}" for thing in task.table)
+        return tuple(f"take the {thing}" for thing in task.tables[state.steps])
     return (EAT, WAIT) if where == "orchard" else (OPEN, WAIT)
 
 
@@ -203,15 +238,17 @@ def advance(
     holding = state.holding
     reward, key_step = 0.0, False
     if where == "room":
-        holding = command.removeprefix("take the ") if command is not None else NOTHING
-        key_step = holding == KEY
+        taken = command.removeprefix("take the ") if command is not None else NOTHING
+        things = carried(holding) + carried(taken)
+        holding = CARRIED_SEP.join(things) if things else NOTHING
+        key_step = taken == KEY
     elif where == "orchard":
         if command == EAT:
             if apple_value is None:
                 raise ValueError("eating an apple needs its drawn value")
             reward = apple_value
     elif command == OPEN:
-        success = holding == KEY
+        success = has_every_key(task, holding)
         reward = DOOR_REWARD if success else 0.0
         return Outcome(None, reward, True, False, success, key_step=success)
     steps = state.steps + 1
@@ -220,7 +257,10 @@ def advance(
 
 
 def _carrying(holding: str) -> str:
-    return "nothing" if holding == NOTHING else f"the {holding}"
+    things = [f"the {thing}" for thing in carried(holding)]
+    if not things:
+        return "nothing"
+    return things[0] if len(things) == 1 else ", ".join(things[:-1]) + f" and {things[-1]}"
 
 
 def _status(task: KeyDoorTask, steps: int, holding: str) -> str:
@@ -234,23 +274,37 @@ def observation(task: KeyDoorTask, state: KeyDoorState) -> str:
     where = phase(task, state)
     status = _status(task, state.steps, state.holding)
     if where == "room":
-        things = [f"a {thing}" for thing in task.table]
+        things = [f"a {thing}" for thing in task.tables[state.steps]]
         listing = ", ".join(things[:-1]) + f" and {things[-1]}"
+        if rooms(task) == 1:
+            return (
+                f"You are in a small room. On the table lie {listing}. You can carry one "
+                "thing, and whatever you take you keep. A path leads through an orchard to "
+                f"a door.\n{status}"
+            )
+        onward = "the next room" if state.steps + 1 < rooms(task) else "an orchard and a door"
         return (
-            f"You are in a small room. On the table lie {listing}. You can carry one "
-            "thing, and whatever you take you keep. A path leads through an orchard to "
-            f"a door.\n{status}"
+            f"You are in room {state.steps + 1} of {rooms(task)}. On the table lie "
+            f"{listing}. You can take one thing from each room, and whatever you take you "
+            f"keep. A path leads on to {onward}.\n{status}"
         )
     if where == "orchard":
+        turn = state.steps - rooms(task) + 1
         return (
-            f"You are in the orchard (turn {state.steps} of {task.delay}). A ripe apple "
+            f"You are in the orchard (turn {turn} of {task.delay}). A ripe apple "
             f"hangs within reach.\n{status}"
         )
     return f"You stand before a closed door at the end of the orchard.\n{status}"
 
 
-def final_observation(state: KeyDoorState, outcome: Outcome) -> str:
+def final_observation(task: KeyDoorTask, state: KeyDoorState, outcome: Outcome) -> str:
     """The text shown after the door was opened from `state` (`outcome.reached` is None)."""
+    if rooms(task) > 1:
+        if outcome.success:
+            return "You unlock the door with every key and step through."
+        return (
+            f"The door is locked, and you lack a key: you are carrying {_carrying(state.holding)}."
+        )
     if outcome.success:
         return "You unlock the door with the key and step through."
     return f"The door is locked, and you have no key: you are carrying {_carrying(state.holding)}."
@@ -259,8 +313,9 @@ def final_observation(state: KeyDoorState, outcome: Outcome) -> str:
 class KeyDoorMDP:
     """The exact finite MDP of one KeyDoor task (`envs.mdp.FiniteMDP`).
 
-    States: the room (t = 0), then (t, carried thing) for 1 <= t < max_steps, so at most
-    1 + (max_steps - 1) * (len(table) + 1) of them; the start is deterministic. Outcomes
+    States: the first room (t = 0), then (t, what is carried) for 1 <= t < max_steps (one
+    room: at most 1 + (max_steps - 1) * (len(table) + 1) of them); the start is
+    deterministic. Outcomes
     of eating an apple: one per distinct apple value; every other command has one.
     Commands that are not admissible are not actions of the MDP (the env maps them to
     the phase's no-op, which `advance` documents).

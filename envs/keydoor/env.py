@@ -5,7 +5,8 @@ and high-variance apples of Mesnard et al. 2021, ICML, arXiv 2011.09464). Three 
 
 1. Room (one step): the table holds the key and `num_objects` distractors; the agent
    takes one thing and keeps it. Taking the key is the only action that changes the
-   final reward.
+   final reward. With `num_keys` K > 1, K rooms in a row, each with its own key: the
+   door needs all K, so K choices must each be right.
 2. Orchard (`delay` steps): "eat the apple" pays a random reward (see `APPLE_REWARDS`,
    drawn per apple, independent of phase 1) or "wait" pays 0 -- the distractor.
 3. Door: "open the door" ends the episode, paying `DOOR_REWARD` only when holding the
@@ -60,6 +61,8 @@ DEFAULT_NUM_OBJECTS = 3
 # Turns at the door beyond the one the expert needs: the default step limit leaves an
 # agent that dawdles there two more chances to open it.
 DOOR_SLACK = 2
+# Most rooms (keys) an episode may have.
+MAX_KEYS = 4
 OBSERVATION_MAX_CHARS = 1024
 ACTION_MAX_CHARS = 1024
 
@@ -80,8 +83,13 @@ class KeyDoorEnv(gym.Env[str, str]):
         variance: apple rewards, "low" (every apple pays 1) or "high" (1 or 10, each
             with probability 1/2); see `APPLE_REWARDS`.
         num_objects: distractor things on the table beside the key (1 to 12).
-        max_steps: step limit; None gives delay + 2 + `DOOR_SLACK` (the expert needs
-            delay + 2 steps).
+        num_keys: rooms before the orchard, each with a key on its table among
+            `num_objects` distractors; the door opens only for an agent carrying all of
+            them (1 to `MAX_KEYS`). 1, the default, is the env of every committed run (the
+            same tasks, text and dynamics); more keys take the outcome channel off its
+            ceiling: a verdict then says that some choice was wrong, not which.
+        max_steps: step limit; None gives delay + num_keys + 1 + `DOOR_SLACK` (the expert
+            needs delay + num_keys + 1 steps).
         causal_feedback: the final feedback names the step that mattered ("it needed the
             key from the room, and you took the lamp instead"), as in the earlier text; off,
             it states the verdict only. A hindsight credit module shown the causal text
@@ -107,6 +115,7 @@ class KeyDoorEnv(gym.Env[str, str]):
         max_steps: int | None = None,
         causal_feedback: bool = False,
         verdict_feedback: bool = True,
+        num_keys: int = 1,
         render_mode: str | None = None,
     ) -> None:
         if not isinstance(delay, int) or delay < 0:
@@ -118,8 +127,10 @@ class KeyDoorEnv(gym.Env[str, str]):
                 f"num_objects must be an integer in [1, {len(DISTRACTOR_POOL)}], got "
                 f"{num_objects!r}"
             )
+        if not isinstance(num_keys, int) or not 1 <= num_keys <= MAX_KEYS:
+            raise ValueError(f"num_keys must be an integer in [1, {MAX_KEYS}], got {num_keys!r}")
         if max_steps is None:
-            max_steps = delay + 2 + DOOR_SLACK
+            max_steps = delay + num_keys + 1 + DOOR_SLACK
         if not isinstance(max_steps, int) or max_steps < 1:
             raise ValueError(f"max_steps must be a positive integer, got {max_steps!r}")
         if not isinstance(causal_feedback, bool):
@@ -128,11 +139,14 @@ class KeyDoorEnv(gym.Env[str, str]):
             raise ValueError(f"verdict_feedback must be true or false, got {verdict_feedback!r}")
         if causal_feedback and not verdict_feedback:
             raise ValueError("causal_feedback states the verdict: it needs verdict_feedback=true")
+        if causal_feedback and num_keys > 1:
+            raise ValueError("causal_feedback names the one room's choice: it needs num_keys=1")
         if render_mode not in (None, "ansi"):
             raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
         self.delay = delay
         self.variance = variance
         self.num_objects = num_objects
+        self.num_keys = num_keys
         self.max_steps = max_steps
         self.causal_feedback = causal_feedback
         self.verdict_feedback = verdict_feedback
@@ -154,7 +168,12 @@ class KeyDoorEnv(gym.Env[str, str]):
             int(self.np_random.integers(INSTANCES)) if task_id is None else parse_task_id(task_id)
         )
         self.task = build_task(
-            index, self.delay, APPLE_REWARDS[self.variance], self.num_objects, self.max_steps
+            index,
+            self.delay,
+            APPLE_REWARDS[self.variance],
+            self.num_objects,
+            self.max_steps,
+            self.num_keys,
         )
         # Apples / coins from here on: one stream per group replica (envs/seeding.py).
         self.noise = replica_generator(self.np_random, options)
@@ -180,7 +199,7 @@ class KeyDoorEnv(gym.Env[str, str]):
         self.steps_taken = state.steps + 1
         self.state = outcome.next_state
         if outcome.reached is None:
-            self.last_observation = final_observation(state, outcome)
+            self.last_observation = final_observation(task, state, outcome)
         else:
             self.last_observation = observation(task, outcome.reached)
         feedback = self._feedback(state, outcome)
