@@ -150,6 +150,12 @@ class RunConfig:
     joins (RAY_ADDRESS, else a local Ray); the same episodes either way, so not part of the
     run name. auto: inline for KeyDoor and Umbrella (registered `in_process`), else a
     process."""
+    update_distinct_rows: bool = False
+    """policy_gradient: run each distinct step row of an update once (the same prompt,
+    action and admissible commands: a finite MDP's states recur, ~2-2.5x fewer rows on
+    KeyDoor delay 4), its activations carrying the summed gradient of every step that
+    repeats it (`PolicyGradientConfig.distinct_rows`). The same update up to float
+    rounding, summed in another order: such runs are named apart from the others."""
     population: int = 1
     """Train the seeds `seed`, `seed + 1`, ..., `seed + population - 1` of this
     configuration in one process (benchmarks/run_population.py): one start-up, and each

@@ -47,6 +47,10 @@ def run_identity(cfg: RunConfig) -> dict[str, Any]:
     identity["history_len"] = prompt_history(cfg)
     # The dtype decides results, the device alone does not: hash the resolved dtype.
     identity["dtype"] = model_dtype(cfg)
+    # Another summation order only when on: left out at its default, so the runs made
+    # before the option keep their names.
+    if not cfg.update_distinct_rows:
+        del identity["update_distinct_rows"]
     # The data played decides results (ALFWorld: which game set), so a run on other data
     # gets another folder.
     played = game_set(cfg)

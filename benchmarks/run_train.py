@@ -52,6 +52,7 @@ def trainer_configs(cfg: RunConfig) -> dict[str, tuple[type, Any]]:
                 checkpoint_every=1,
                 resume=True,
                 env_workers=cfg.env_workers,
+                distinct_rows=cfg.update_distinct_rows,
                 **learning_rate,
             ),
         ),

@@ -47,6 +47,7 @@ module's metrics under `credit/`.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 import os
 import time
@@ -166,6 +167,14 @@ class PolicyGradientConfig(TrainerSettings):
     length_normalise: bool = False
     """Weight each trajectory equally (token-mean within a trajectory, then mean over
     trajectories) instead of the plain token mean over the minibatch."""
+    distinct_rows: bool = False
+    """Run each distinct step row of an optimiser step once (`distinct_steps`: the same
+    prompt, action and admissible commands; a finite MDP's states recur, so KeyDoor delay
+    4's ~220 rows hold ~80-110 distinct ones), its log-probs serving every step that
+    repeats it, so its activations carry the summed gradient of them all. The same loss
+    and gradient up to float rounding, summed in another order: runs with it are named
+    apart (`benchmarks.run --update-distinct-rows`). Micro-batches of distinct rows are
+    bounded by tokens and activation memory only."""
 
     @property
     def iterations(self) -> int:
@@ -240,6 +249,28 @@ def micro_batches(
     if len(trajectories) > start:
         slices.append(slice(start, len(trajectories)))
     return slices
+
+
+def distinct_steps(trajectories: Sequence[Trajectory]) -> tuple[list[Trajectory], torch.Tensor]:
+    """The distinct step rows of `trajectories`, each as a one-step trajectory, and the
+    index of each row's distinct row.
+
+    Rows are alike when their prompt ids, action ids and admissible commands (what the
+    constrained log-probs read) are: their teacher-forced log-probs are one computation.
+    Returns (distinct rows in order of first appearance, inverse [N] int64 with N the
+    steps of `trajectories` in `TokenBatch.from_trajectories`' row order).
+    """
+    first: dict[tuple, int] = {}
+    distinct: list[Trajectory] = []
+    inverse = []
+    for trajectory in trajectories:
+        for step in trajectory.steps:
+            key = (step.prompt_token_ids, step.action_token_ids, step.admissible_commands)
+            if key not in first:
+                first[key] = len(distinct)
+                distinct.append(dataclasses.replace(trajectory, steps=(step,)))
+            inverse.append(first[key])
+    return distinct, torch.tensor(inverse, dtype=torch.long)
 
 
 def step_lengths(trajectory: Trajectory) -> list[int]:
@@ -412,6 +443,52 @@ class PolicyGradientTrainer(TrainerCore):
             "entropy": float((-batch.old_logprobs * mask).sum()),
         }
 
+    def _distinct_micro_batch_loss(
+        self,
+        micro: Sequence[Trajectory],
+        part: slice,
+        inverse: torch.Tensor,
+        full: TokenBatch,
+        weights: torch.Tensor,
+        all_advantages: torch.Tensor,
+    ) -> dict[str, float]:
+        """Forward and backward of the distinct rows `part` of `distinct_steps` (`micro`,
+        one-step trajectories) for every row of the step that repeats one of them.
+
+        Each such row r of the full batch `full` (on the policy's device) takes its loss
+        term from its distinct row's log-probs, so the terms of a row repeated n times
+        sum there and backward carries their summed gradient once. Returns the loss sums
+        of those rows."""
+        config = self.config
+        device = weights.device
+        batch = to_device(TokenBatch.from_trajectories(micro, self.pad_token_id), device)
+        width = batch.input_ids.shape[1]  # every repeating row is as long as its source
+        rows = ((inverse >= part.start) & (inverse < part.stop)).nonzero().squeeze(-1)
+        source = (inverse[rows] - part.start).to(device)
+        rows = rows.to(device)
+        new_logprobs = self._policy_logprobs(self.policy.model, batch, micro)[source]
+        old_logprobs = full.old_logprobs[rows, :width]
+        mask = full.action_mask[rows, :width]
+        weight = weights[rows, :width]
+        policy_loss, clipped = clipped_surrogate(
+            new_logprobs, old_logprobs, all_advantages[rows, :width], config.clip_eps
+        )
+        loss = (weight * policy_loss).sum()
+        kl_sum = 0.0
+        if config.kl_coef > 0:
+            reference = self._reference_logprobs(batch, micro)[source]
+            kl = k3_kl(new_logprobs, reference) * mask
+            loss = loss + config.kl_coef * (weight * kl).sum()
+            kl_sum = float((weight * kl).sum().detach())
+        self.check_finite_loss(loss, micro)
+        loss.backward()
+        return {
+            "policy": float((weight * policy_loss).sum().detach()),
+            "kl": kl_sum,
+            "clip": float((clipped * mask).sum()),
+            "entropy": float((-old_logprobs * mask).sum()),
+        }
+
     def _optimiser_step(
         self, trajectories: Sequence[Trajectory], token_advantages: Sequence[Sequence[np.ndarray]]
     ) -> dict[str, float]:
@@ -428,12 +505,14 @@ class PolicyGradientTrainer(TrainerCore):
         # trajectory fits; explicit settings keep the token-budget micro-batches.
         auto = config.activation_checkpointing is None
         cost = self.activation_cost() if auto else None
+        if config.distinct_rows:
+            units, inverse = distinct_steps(trajectories)
+            most_units = len(units)  # one-step units: the token and memory budgets only
+            full_on_device = to_device(full, device)
+        else:
+            units, inverse, most_units = list(trajectories), None, config.micro_batch_trajectories
         parts = micro_batches(
-            trajectories,
-            config.micro_batch_trajectories,
-            config.micro_batch_tokens,
-            RECOMPUTE_ABOVE_BYTES,
-            cost,
+            units, most_units, config.micro_batch_tokens, RECOMPUTE_ABOVE_BYTES, cost
         )
         mapped = large_tensors_mapped() if config.map_large_tensors else nullcontext()
         # The update of a CPU run takes minutes: show it like the rollout and evaluation.
@@ -442,13 +521,18 @@ class PolicyGradientTrainer(TrainerCore):
             LiveBar(total=len(parts), desc="update", unit="micro-batch", leave=False) as bar,
         ):
             for part in parts:
-                micro = trajectories[part]
+                micro = units[part]
                 lengths = [length for trajectory in micro for length in step_lengths(trajectory)]
                 # Recomputing activations in backward keeps a large micro-batch's memory small.
                 recompute = needs_recompute(config.activation_checkpointing, cost, lengths)
                 with recompute_activations(self.policy.model) if recompute else nullcontext():
-                    stats = self._micro_batch_loss(micro, weights, all_advantages, row)
-                row += stats.pop("rows")
+                    if inverse is None:
+                        stats = self._micro_batch_loss(micro, weights, all_advantages, row)
+                        row += stats.pop("rows")
+                    else:
+                        stats = self._distinct_micro_batch_loss(
+                            micro, part, inverse, full_on_device, weights, all_advantages
+                        )
                 for name, value in stats.items():
                     sums[name] += value
                 bar.update(1)
