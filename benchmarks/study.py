@@ -412,12 +412,14 @@ EXACT_FORMS = frozenset(cls.name for cls in EXACT_CLASSES.values())
 
 
 def exact_pairs(frame: pd.DataFrame, column: str, reps: int) -> pd.DataFrame:
-    """Every pair of exact-hindsight rows in their default form (`EXACT_FORMS`:
-    `hp_rlvr_exact` against `hcapo_exact`) trained on one channel, per env over its tasks
-    and per task of an env with several (`compare_pair`): the formulas against each other
-    when both read perfect hindsight. Oracles both: every verdict is exploratory."""
+    """Every pair of exact-hindsight rows (`EXACT_FORMS`, with whatever options:
+    `hp_rlvr_exact [divergence_tol=1e-12]` against `hcapo_exact`) trained on one channel,
+    per env over its tasks and per task of an env with several (`compare_pair`): the
+    formulas against each other when both read perfect hindsight. Oracles both: every
+    verdict is exploratory."""
+    exact = frame[frame.form.str.split(" ", n=1).str[0].isin(EXACT_FORMS)]
     lines = []
-    for _, by_env in frame[frame.form.isin(EXACT_FORMS)].groupby("env", sort=False):
+    for _, by_env in exact.groupby("env", sort=False):
         tasks = list(dict.fromkeys(by_env.task))
         scopes = [(None, by_env)] + [
             (task, by_env[by_env.task == task]) for task in tasks if len(tasks) > 1

@@ -545,11 +545,14 @@ def test_plan_without_a_pilot_is_one_line_exit_2(tmp_path, capsys):
     assert error.startswith("error: ") and error.count("\n") == 1 and "pilot" in error
 
 
+TOLERANT = "hp_rlvr_exact [divergence_tol=1e-12]"
+
+
 def test_exact_hindsight_rows_meet_each_other_on_their_channel_as_exploratory_pairs():
     successes = {
         ("grpo", "grpo", "return", False): [0.2, 0.3, 0.1, 0.2],
         ("hcapo_exact", "hcapo_exact", "return", True): [0.3, 0.2, 0.4, 0.1],
-        ("hp_rlvr_exact", "hp_rlvr_exact", "return", True): [0.9, 0.8, 1.0, 0.7],
+        (TOLERANT, TOLERANT, "return", True): [0.9, 0.8, 1.0, 0.7],
         ("hp_rlvr_exact on outcome", "hp_rlvr_exact", "outcome", True): [1.0] * 4,
         ("hca", "hca", "return", True): [0.5] * 4,
     }
@@ -568,9 +571,9 @@ def test_exact_hindsight_rows_meet_each_other_on_their_channel_as_exploratory_pa
     # One pair (the outcome row has no partner on its channel; hca is no exact class),
     # pooled over the env, then per task.
     assert list(zip(formulas.env, formulas.x, formulas.y, strict=True)) == [
-        (scope, "hcapo_exact", "hp_rlvr_exact")
+        (scope, "hcapo_exact", TOLERANT)
         for scope in ("KeyDoor-v0", "KeyDoor-v0[delay=4]", "KeyDoor-v0[delay=16]")
     ]
     pooled = formulas.iloc[0]
     assert pooled.difference.value == pytest.approx(-0.6)  # 0.25 - 0.85
-    assert pooled.verdict == "exploratory: hp_rlvr_exact better"
+    assert pooled.verdict == f"exploratory: {TOLERANT} better"
