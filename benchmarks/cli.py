@@ -1,19 +1,24 @@
 """Command-line edge helpers: name lookup with suggestions, and one-line errors.
 
 Every `benchmarks` entry point turns names into objects through `lookup` and reports
-bad input as a `UsageError`: one line on stderr, exit status 2, no traceback. Library
+bad input as a `UsageError`: one line on stderr, exit status 2, no traceback; a command
+line tyro cannot parse is one such line too (`parse_arguments`). Library
 modules report one-off progress (a model download, a data set built on first use) through
 `logging`; an entry point wrapped by `exit_on_usage_error` shows those messages on stderr.
 """
 
 from __future__ import annotations
 
+import contextlib
 import difflib
+import io
 import logging
 import os
 import sys
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TypeVar
+
+import tyro
 
 from creditgym.agents.atomic import DamagedFileError
 
@@ -38,6 +43,89 @@ def lookup(kind: str, name: str, registry: Mapping[str, T]) -> T:
         return registry[name]
     valid = ", ".join(sorted(registry))
     raise UsageError(f"unknown {kind} {name!r}; valid: {valid}.{suggest(name, registry)}")
+
+
+# tyro draws a usage error as a box on a terminal, as plain text elsewhere: a title, the
+# message, then sections (the argument's help, "Perhaps you meant", "For full helptext")
+# between rules of these characters.
+BOX_CORNERS = "╭╮╰╯"
+BOX_SIDE = "│"
+RULE_CHARACTERS = frozenset("─-")
+# Lines of a section indented this far past its first are help text under an argument.
+HELP_TEXT_INDENT = 8
+
+
+def prog_of(module: str) -> str:
+    """How usage lines name the command of `creditgym.benchmarks.<module>`: as typed through
+    the console script (`creditgym run`, which sets argv[0] so), else the module form,
+    which works both from a checkout and installed (`python -m benchmarks.run` finds no
+    module once installed)."""
+    invoked = sys.argv[0] if sys.argv else ""
+    if invoked.startswith("creditgym "):
+        return invoked
+    return f"python -m creditgym.benchmarks.{module}"
+
+
+def parse_arguments(config_type: type[T], args: Sequence[str] | None, prog: str, **kwargs) -> T:
+    """`tyro.cli(config_type, args=args, prog=prog, **kwargs)`, with a usage error as one
+    `UsageError` line (exit status 2) instead of tyro's 5-11-line box; `--help` as tyro
+    prints it."""
+    captured = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(captured):
+            return tyro.cli(config_type, args=args, prog=prog, **kwargs)
+    except SystemExit as exit:
+        if exit.code in (0, None):
+            sys.stderr.write(captured.getvalue())
+            raise
+        raise UsageError(tyro_error_line(captured.getvalue(), prog)) from None
+
+
+def indent_of(text: str) -> int:
+    return len(text) - len(text.lstrip())
+
+
+def box_sections(box: str) -> list[list[str]]:
+    """The sections of tyro's error output (either drawing), title left out: each a list
+    of lines, their indentation kept relative to the section's least indented line."""
+    lines = [line.rstrip() for line in box.splitlines() if line.strip()]
+    drawn = bool(lines) and lines[0].lstrip()[:1] in BOX_CORNERS
+    sections: list[list[str]] = [[]]
+    for number, line in enumerate(lines):
+        text = line.strip()
+        if text[:1] in BOX_CORNERS or (not drawn and number == 0):
+            continue  # the title (drawn into the top border, or a line of its own)
+        if drawn and text.startswith(BOX_SIDE):
+            line = text[1:].removesuffix(BOX_SIDE).rstrip()
+        if set(line.strip()) <= RULE_CHARACTERS:
+            if sections[-1]:
+                sections.append([])
+            continue  # a rule: the title's underline, or between sections
+        sections[-1].append(line)
+    relative = []
+    for section in sections:
+        base = min(map(indent_of, section), default=0)
+        relative.append([line[base:] for line in section])
+    return relative
+
+
+def tyro_error_line(box: str, prog: str) -> str:
+    """One line from tyro's error output: its message (arguments named, their help text
+    left out) and any close matches it suggests, then where the options are listed."""
+    sections = box_sections(box)
+    message = " ".join(
+        text.strip() for text in sections[0] if indent_of(text) < HELP_TEXT_INDENT
+    )
+    close = [
+        text.split()[0]
+        for section in sections[1:]
+        if section and section[0].startswith("Perhaps you meant")
+        for text in section[1:]
+        if text.strip().startswith("-") and indent_of(text) < HELP_TEXT_INDENT
+    ]
+    hint = f" Did you mean {', '.join(close)}?" if close else ""
+    message = (message or "bad arguments").rstrip(".")
+    return f"{message}.{hint} (`{prog} --help` lists the options)"
 
 
 INTERRUPTED_EXIT_CODE = 130  # 128 + SIGINT, what shells report for a Ctrl-C'd command

@@ -39,12 +39,11 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import tyro
 
 from creditgym import credit
 from creditgym.agents.atomic import atomic_write_text
 from creditgym.benchmarks import plots, records, stats
-from creditgym.benchmarks.cli import UsageError, exit_on_usage_error
+from creditgym.benchmarks.cli import UsageError, exit_on_usage_error, parse_arguments, prog_of
 from creditgym.credit.base import is_oracle
 
 # Fewer seeds than this in either row and the bootstrap is too coarse for a verdict.
@@ -630,7 +629,7 @@ def write_leaderboard(runs_root: Path, out: Path) -> Table:
 @exit_on_usage_error
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `python -m benchmarks.leaderboard`."""
-    config = tyro.cli(LeaderboardConfig, prog="python -m benchmarks.leaderboard", args=argv)
+    config = parse_arguments(LeaderboardConfig, argv, prog_of("leaderboard"))
     out = config.runs.parent if config.out is None else config.out
     table = write_leaderboard(config.runs, out)
     for section in table.sections:

@@ -35,12 +35,17 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import torch
-import tyro
 
 from creditgym.agents.atomic import DamagedFileError
 from creditgym.agents.models import LoadedModel, vocabulary
 from creditgym.benchmarks import common, lock, records
-from creditgym.benchmarks.cli import UsageError, exit_on_usage_error, lookup
+from creditgym.benchmarks.cli import (
+    UsageError,
+    exit_on_usage_error,
+    lookup,
+    parse_arguments,
+    prog_of,
+)
 from creditgym.benchmarks.run_build import SCRIPTED_AGENTS, load_policy, load_trained_policy
 from creditgym.benchmarks.run_config import PRESETS, RunConfig
 from creditgym.benchmarks.run_eval import (
@@ -101,12 +106,8 @@ def parse_config(argv: Sequence[str] | None = None) -> RunConfig:
             preset = arg.split("=", 1)[1]
     overrides = lookup("preset", preset, PRESETS)
     default = dataclasses.replace(RunConfig(), preset=preset, **overrides)
-    return tyro.cli(
-        RunConfig,
-        prog="python -m benchmarks.run",
-        args=args,
-        default=default,
-        description=__doc__.split("\n")[0],
+    return parse_arguments(
+        RunConfig, args, prog_of("run"), default=default, description=__doc__.split("\n")[0]
     )
 
 

@@ -5,6 +5,7 @@ a run folder that holds another configuration or vocabulary; each problem one
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import tempfile
@@ -77,6 +78,7 @@ def validate(cfg: RunConfig) -> None:
             ("--sample-group-size", cfg.sample_group_size, 0),
             ("--eval-every", cfg.eval_every, 0),
             ("--curve-episodes", cfg.curve_episodes, 1),
+            ("--seed", cfg.seed, 0),
         )
     )
     if cfg.learning_rate is not None and not (
@@ -158,13 +160,20 @@ def check_model_name(name: str) -> None:
 
 
 def check_out_writable(out: Path) -> None:
-    """Create `out` and write a probe file there, or raise a one-line UsageError."""
+    """Write a probe file in `out`, or raise a one-line UsageError. Folders created for the
+    probe are removed again: a check writes nothing (the run creates its folder when it
+    starts, and a sweep validates every run before the first starts)."""
+    created = [folder for folder in (out, *out.parents) if not folder.exists()]
     try:
         out.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=out, prefix=".write-probe-"):
             pass
     except OSError as error:
         raise UsageError(f"--out {out} cannot be written: {error.strerror or error}") from error
+    finally:
+        for folder in created:  # deepest first
+            with contextlib.suppress(OSError):
+                folder.rmdir()
 
 
 def check_run_name(name: str | None) -> None:

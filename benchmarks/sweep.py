@@ -56,13 +56,19 @@ from pathlib import Path
 from typing import Any, Literal
 
 import ray
-import tyro
 
 from creditgym.agents.atomic import DamagedFileError
 from creditgym.agents.precision import cpu_features
 from creditgym.agents.rollout import close_workers
 from creditgym.benchmarks import leaderboard
-from creditgym.benchmarks.cli import UsageError, exit_on_usage_error, lookup, suggest
+from creditgym.benchmarks.cli import (
+    UsageError,
+    exit_on_usage_error,
+    lookup,
+    parse_arguments,
+    prog_of,
+    suggest,
+)
 from creditgym.benchmarks.common import MACHINE_RESOLVED_DTYPES, PER_MACHINE_DTYPES
 from creditgym.benchmarks.lock import LockHeldError
 from creditgym.benchmarks.run import run, run_population
@@ -342,7 +348,7 @@ def check_one_precision(configs: Sequence[RunConfig]) -> None:
 @exit_on_usage_error
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `python -m benchmarks.sweep`."""
-    sweep = tyro.cli(SweepConfig, prog="python -m benchmarks.sweep", args=argv)
+    sweep = parse_arguments(SweepConfig, argv, prog_of("sweep"))
     shard_index, shard_count = parse_shard(sweep.shard)
     configs = load_sweep(sweep.config, sweep.out)[shard_index::shard_count]
     if sweep.executor == "ray":
