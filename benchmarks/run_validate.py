@@ -50,6 +50,8 @@ def validate(cfg: RunConfig) -> None:
     lookup(f"--credit-convention of {cfg.credit}", cfg.credit_convention, {c: c for c in offered})
     credit_options_of(cfg)
     lookup("trainer", cfg.trainer, {name: name for name in TRAINER_NAMES})
+    if cfg.update_distinct_rows and not (trains(cfg) and cfg.trainer == "policy_gradient"):
+        raise UsageError("--update-distinct-rows changes the policy_gradient trainer's update")
     if cfg.eval_episodes < 0 or cfg.steps < 0 or group_size(cfg) < 1:
         raise UsageError("--eval-episodes and --steps must be >= 0 and --group-size >= 1")
     if cfg.env_options:  # the env's own constructor checks names and values

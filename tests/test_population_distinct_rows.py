@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from creditgym.benchmarks import common
-from creditgym.benchmarks.run import parse_config, starting_policy
+from creditgym.benchmarks.run import main, parse_config, starting_policy
 from creditgym.benchmarks.run_identity import run_name
 from creditgym.benchmarks.run_train import build_trainer
 from creditgym.trainers.policy_gradient import distinct_steps
@@ -92,3 +92,15 @@ def test_runs_with_distinct_rows_are_named_apart_and_the_others_keep_their_names
     assert run_name(parse_config(before)) == (
         "keydoor-delay4-variancehigh_small_policy_gradient-grpo-G8-3steps_seed0_5c8056"
     )
+
+
+@pytest.mark.parametrize(
+    "extra", [["--trainer", "sft"], ["--credit", "none"], ["--trainer", "eval-only"]]
+)
+def test_distinct_rows_outside_a_policy_gradient_update_is_one_line_and_exit_2(
+    extra, tmp_path, capsys
+):
+    assert main([*ARGV, *extra, "--update-distinct-rows", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "error: --update-distinct-rows changes the policy_gradient trainer's update"
+    assert not any(tmp_path.iterdir())
