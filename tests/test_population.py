@@ -13,6 +13,7 @@ import traceback
 from pathlib import Path
 
 import pytest
+import ray
 import torch
 from safetensors.torch import load_file
 
@@ -319,3 +320,25 @@ def test_a_sweep_in_populations_writes_the_run_folders_of_one_in_single_runs(tmp
         for member in grouped
     ]
     assert populations == [[0, 1], [0, 1], None]
+
+
+@pytest.mark.slow  # a local Ray whose workers import benchmarks.run: ~1-2 min
+def test_a_ray_sweep_runs_each_population_as_one_task_into_the_local_run_folders(tmp_path, capsys):
+    sweep_file = tmp_path / "sweep.toml"
+    sweep_file.write_text(SCRIPTED_SWEEP)
+    argv = ["--config", str(sweep_file), "--no-leaderboard", "--population", "2"]
+    assert sweep.main([*argv, "--out", str(tmp_path / "local")]) == 0
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        assert sweep.main([*argv, "--out", str(tmp_path / "ray"), "--executor", "ray"]) == 0
+    finally:
+        ray.shutdown()
+    out = capsys.readouterr().out
+    # Two tasks: seeds 0-1 as one population, seed 2 alone.
+    assert out.count("submitted ") == 2
+    assert "(population of 2, seeds 0-1)" in out
+    local, on_ray = (sorted((tmp_path / d).iterdir()) for d in ("local", "ray"))
+    assert [p.name for p in local] == [p.name for p in on_ray]
+    for one, member in zip(local, on_ray, strict=True):
+        for name in (records.EPISODES_FILE, records.EVAL_TRAJECTORIES_FILE):
+            assert (member / name).read_bytes() == (one / name).read_bytes()
