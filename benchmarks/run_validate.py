@@ -15,7 +15,13 @@ import torch
 
 from creditgym import credit, envs
 from creditgym.agents.atomic import DamagedFileError
-from creditgym.agents.models import MODELS, vocabulary
+from creditgym.agents.models import (
+    MODELS,
+    hub_lookups_allowed,
+    in_hub_cache,
+    unknown_model_message,
+    vocabulary,
+)
 from creditgym.benchmarks import common, records
 from creditgym.benchmarks.cli import UsageError, lookup, suggest
 from creditgym.benchmarks.run_build import SCRIPTED_AGENTS, credit_class, make_env
@@ -149,16 +155,20 @@ def check_device(device: str) -> None:
 
 
 def check_model_name(name: str) -> None:
-    """Catch a mistyped model name before the hub is asked for it.
+    """Refuse a model name found nowhere before any work, in one line.
 
-    A name that is not registered, not a folder, not a `org/name` hub id and close to a
-    registered name is a typo: refuse it at once with the close names (asking a hub first
-    costs about 50 s of retries where none is reachable)."""
-    if name in MODELS or name in SCRIPTED_AGENTS or "/" in name or Path(name).expanduser().exists():
+    A name that is not registered, not a folder and close to a registered name is a typo:
+    refused with the close names. With hub lookups off (the default,
+    `agents.models.hub_lookups_allowed`), a name not in the local Hugging Face cache is
+    refused too (asking a hub costs about 50 s of retries where none is reachable); with
+    them on, an `org/name` id is left for the hub to find."""
+    if name in MODELS or name in SCRIPTED_AGENTS or Path(name).expanduser().exists():
         return
     hint = suggest(name, [*MODELS, *SCRIPTED_AGENTS])
-    if hint:
+    if hint and "/" not in name:
         raise UsageError(f"unknown model {name!r}.{hint}")
+    if not hub_lookups_allowed() and not in_hub_cache(name):
+        raise UsageError(unknown_model_message(name) + hint)
 
 
 def check_out_writable(out: Path) -> None:

@@ -1,17 +1,32 @@
-"""The `creditgym` console script: `creditgym <command> [args]` runs `python -m
-benchmarks.<module> [args]` (the same entry point, the same arguments and exit codes).
+"""The `creditgym` console script: `creditgym <command> [args]` runs
+`python -m creditgym.benchmarks.<module> [args]` (the same entry point, the same arguments
+and exit codes).
 
     creditgym run --env alfworld --credit hp_rlvr
     creditgym sweep --config benchmarks/configs/study_fair.toml --shard 0/2
     creditgym leaderboard --runs results/runs
+
+While a command starts (its imports take seconds), two things end it in one line rather
+than a traceback: Ctrl-C (exit status 130; once the command runs, it says what was saved),
+and a package of an optional extra that this install lacks, e.g. torch without
+`pip install 'creditgym[train]'` (exit status 2). The
+same holds for `python -m creditgym.benchmarks.<module>` (`report_start_failures`, which
+`benchmarks/__init__.py` installs for a module run so). This module imports nothing
+beyond the standard library, so it works in the light install.
 """
 
 from __future__ import annotations
 
 import difflib
 import importlib
+import importlib.metadata
 import os
+import re
+import signal
 import sys
+import tomllib
+import types
+from pathlib import Path
 
 # command -> module under creditgym.benchmarks, each with `main(argv) -> int`.
 COMMANDS = {
@@ -26,28 +41,153 @@ COMMANDS = {
     "trl-grpo": "trl_grpo",
     "gpu-check": "gpu_check",
 }
+USAGE_EXIT_CODE = 2
+INTERRUPTED_EXIT_CODE = 130  # 128 + SIGINT, what shells report for a Ctrl-C'd command
+INTERRUPTED_WHILE_STARTING = "interrupted while starting; nothing was done"
+PYPROJECT = Path(__file__).resolve().parent.parent / "pyproject.toml"
 
 
 def usage() -> str:
     return "usage: creditgym {" + ",".join(COMMANDS) + "} [args] (creditgym <command> --help)"
 
 
+def requirement_name(requirement: str) -> str:
+    """The import name of a requirement string (`torch>=2.11; extra == "train"` -> torch)."""
+    match = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", requirement)
+    return match.group(1).lower().replace("-", "_") if match else ""
+
+
+def extras_by_package() -> dict[str, str]:
+    """Import name -> the first optional extra of creditgym that installs it, as declared
+    once in pyproject.toml: read from the installed metadata, else from the checkout's
+    pyproject.toml."""
+    found: dict[str, str] = {}
+    try:
+        for requirement in importlib.metadata.requires("creditgym") or []:
+            extra = re.search(r"""extra\s*==\s*["']([^"']+)["']""", requirement)
+            if extra:
+                found.setdefault(requirement_name(requirement), extra.group(1))
+        if found:
+            return found
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    try:
+        declared = tomllib.loads(PYPROJECT.read_text(encoding="utf-8"))["project"]
+    except (OSError, KeyError, tomllib.TOMLDecodeError):
+        return found
+    for extra, requirements in declared.get("optional-dependencies", {}).items():
+        for requirement in requirements:
+            found.setdefault(requirement_name(requirement), extra)
+    return found
+
+
+def exception_chain(error: BaseException) -> list[BaseException]:
+    """`error` and the exceptions it was raised from or while handling, in order."""
+    chain: list[BaseException] = []
+    link: BaseException | None = error
+    while link is not None and link not in chain:
+        chain.append(link)
+        link = link.__cause__ or link.__context__
+    return chain
+
+
+def start_failure_line(error: BaseException, command: str) -> tuple[str, int] | None:
+    """(the line to print, the exit status) for an error that stops `command` before its
+    work, or None for any other error (left to its traceback)."""
+    if any(isinstance(link, KeyboardInterrupt) for link in exception_chain(error)):
+        # transformers' lazy imports re-raise a Ctrl-C that lands in them as
+        # "ModuleNotFoundError: Could not import module 'LlamaConfig'", the interrupt its cause.
+        return INTERRUPTED_WHILE_STARTING, INTERRUPTED_EXIT_CODE
+    if isinstance(error, ModuleNotFoundError) and error.name:
+        package = error.name.split(".")[0]
+        extra = extras_by_package().get(package.lower())
+        if extra is not None:
+            return (
+                f"error: {command} needs {package}, which this install lacks (the {extra!r} "
+                f"extra): pip install 'creditgym[{extra}]'",
+                USAGE_EXIT_CODE,
+            )
+    return None
+
+
+def interrupted_while_starting(signum: int, frame: types.FrameType | None) -> None:
+    """SIGINT handler while a command imports: one line, exit status 130, at once. A
+    KeyboardInterrupt raised inside a library's import can come out as another error (a
+    numpy extension's "cannot load module more than once", transformers' "Could not import
+    module 'LlamaConfig'"), so the handler ends the process itself; nothing has been done
+    that needs cleaning up."""
+    print(f"\n{INTERRUPTED_WHILE_STARTING}", file=sys.stderr, flush=True)
+    os._exit(INTERRUPTED_EXIT_CODE)
+
+
+def interrupted_while_importing_main(signum: int, frame: types.FrameType | None) -> None:
+    """SIGINT handler of `python -m creditgym.benchmarks.<module>`: while the module's
+    top level runs (its imports), `interrupted_while_starting`; once it has defined its
+    `main`, the usual KeyboardInterrupt, which the command's `main` reports."""
+    if callable(getattr(sys.modules.get("__main__"), "main", None)):
+        signal.default_int_handler(signum, frame)
+    interrupted_while_starting(signum, frame)
+
+
+def report_start_failures() -> None:
+    """For `python -m creditgym.benchmarks.<module>`: a Ctrl-C while the module imports
+    (`interrupted_while_importing_main`), and an uncaught missing extra, print their one
+    line and end the process with their exit status; any other error keeps its traceback."""
+    signal.signal(signal.SIGINT, interrupted_while_importing_main)
+
+    def hook(kind: type[BaseException], error: BaseException, trace: types.TracebackType | None):
+        main = sys.modules.get("__main__")
+        spec = getattr(main, "__spec__", None)
+        module = spec.name.rsplit(".", 1)[-1] if spec is not None else "<command>"
+        failure = start_failure_line(error, f"python -m creditgym.benchmarks.{module}")
+        if failure is None:
+            sys.__excepthook__(kind, error, trace)
+            return
+        line, status = failure
+        print(f"\n{line}" if status == INTERRUPTED_EXIT_CODE else line, file=sys.stderr)
+        sys.stderr.flush()
+        sys.stdout.flush()
+        os._exit(status)  # the interpreter would otherwise exit 1
+
+    sys.excepthook = hook
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Entry point of the `creditgym` console script."""
     args = sys.argv[1:] if argv is None else list(argv)
-    if not args or args[0] in ("-h", "--help"):
+    try:
+        return run_command(args)
+    except (KeyboardInterrupt, ModuleNotFoundError) as error:
+        failure = start_failure_line(error, " ".join(["creditgym", *args[:1]]))
+        if failure is None:
+            raise
+        line, status = failure
+        print(f"\n{line}" if status == INTERRUPTED_EXIT_CODE else line, file=sys.stderr)
+        return status
+
+
+def run_command(args: list[str]) -> int:
+    """Import the command's module and call its `main` with the remaining arguments."""
+    if not args:
+        print(usage(), file=sys.stderr)
+        return USAGE_EXIT_CODE
+    if args[0] in ("-h", "--help"):
         print(usage())
-        return 0 if args else 2
+        return 0
     command, rest = args[0], args[1:]
     if command not in COMMANDS:
         close = difflib.get_close_matches(command, COMMANDS, n=1)
         hint = f" Did you mean {close[0]}?" if close else ""
         print(f"creditgym: unknown command {command!r}.{hint} {usage()}", file=sys.stderr)
-        return 2
+        return USAGE_EXIT_CODE
     # As `python -m benchmarks.run` does in its __main__ block: tokenizers' thread pool
     # would otherwise warn after the rollout workers fork.
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     sys.argv[0] = f"creditgym {command}"  # argparse's prog, for --help and usage lines
+    signal.signal(signal.SIGINT, interrupted_while_starting)
     module = importlib.import_module(f"creditgym.benchmarks.{COMMANDS[command]}")
+    # From here the command's `main` reports a Ctrl-C (saying what was saved).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     return module.main(rest)
 
 

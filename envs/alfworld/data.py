@@ -102,7 +102,7 @@ def check_data_root(root: Path, named_by: str) -> Path:
         problem = "is not a folder" if root.exists() else "does not exist"
         raise ALFWorldDataError(
             f"{named_by} {problem}. Point it at the folder holding {DATA_FOLDER}/ (the "
-            "official ALFWorld data or `python -m envs.alfworld.generate --out DIR`)."
+            "official ALFWorld data or `python -m creditgym.envs.alfworld.generate --out DIR`)."
         )
     # Inside the tree (json_2.1.1 itself, a split, a game): the right folder is known.
     for folder in (root, *root.parents):
@@ -114,7 +114,7 @@ def check_data_root(root: Path, named_by: str) -> Path:
     splits = ",".join(sorted(set(SPLIT_DIRS.values())))
     raise ALFWorldDataError(
         f"{named_by} holds no {DATA_FOLDER}/ folder; expected {root}/{DATA_FOLDER}/"
-        f"{{{splits}}}/ (the official ALFWorld data or `python -m envs.alfworld.generate "
+        f"{{{splits}}}/ (the official ALFWorld data or `python -m creditgym.envs.alfworld.generate "
         "--out DIR`)."
     )
 
@@ -228,6 +228,6 @@ def collect_games(root: Path, split: str, task_types: tuple[str, ...]) -> list[G
         raise ALFWorldDataError(
             f"no playable {SPLIT_DIRS[split]} games of types {list(task_types)} under {split_dir}. "
             "Check the folder (each game needs traj_data.json and a solvable game.tw-pddl) or "
-            "generate games with `python -m envs.alfworld.generate --out DIR`."
+            "generate games with `python -m creditgym.envs.alfworld.generate --out DIR`."
         )
     return games

@@ -76,13 +76,13 @@ def read_game_file(path: Path) -> dict[str, Any]:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
         raise GameFileError(
             f"{path}: not a readable game.tw-pddl JSON file ({error}). "
-            "Delete or regenerate it (python -m envs.alfworld.generate)."
+            "Delete or regenerate it (python -m creditgym.envs.alfworld.generate)."
         ) from error
     missing = [key for key in ("pddl_domain", "grammar", "pddl_problem") if key not in data]
     if not isinstance(data, dict) or missing:
         raise GameFileError(
             f"{path}: game.tw-pddl lacks {missing or 'a JSON object'}. "
-            "Delete or regenerate it (python -m envs.alfworld.generate)."
+            "Delete or regenerate it (python -m creditgym.envs.alfworld.generate)."
         )
     return data
 
