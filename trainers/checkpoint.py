@@ -10,9 +10,12 @@ It holds whatever the trainer puts in it; both trainers store the trainable
 parameters (the LoRA adapter, or the whole model for full fine-tuning), the optimiser,
 the credit module's `state_dict()`, the RNG states and the step.
 
-`MetricsLog` writes one JSON line per optimiser step to `metrics.jsonl` and the same
-scalars to TensorBoard. On resume it drops the records of steps after the checkpoint,
-so the log of a resumed run equals the log of an uninterrupted one. It also prints one
+`MetricsLog` writes one JSON line per optimiser step to `metrics.jsonl` (fsynced before
+the step's checkpoint is written) and the same scalars to TensorBoard. On resume it drops
+the records of steps after the checkpoint, so the log of a resumed run equals the log of
+an uninterrupted one; a log whose steps are not 1, 2, ... up to the checkpoint's (a line
+lost in the middle, a file cut short) is a `DamagedFileError` naming the line, never
+resumed over. It also prints one
 line per optimiser step (success, return, loss, gradient norm, phase times, throughput)
 and appends the same lines to `train.log` in the run folder, which says when a run resumed.
 """
