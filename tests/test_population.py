@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import time
 import traceback
@@ -149,19 +150,28 @@ def test_a_population_overlapping_a_held_seed_is_refused_before_any_work(tmp_pat
 
 
 def test_a_member_with_a_damaged_checkpoint_is_one_line_and_the_others_finish(tmp_path, capsys):
-    damaged = folder(tmp_path, 0) / "checkpoints" / "step_000001" / "state.pt"
-    damaged.parent.mkdir(parents=True)
-    damaged.write_bytes(b"not a checkpoint")
+    # Seed 0 trained, then as if killed before its export, with every checkpoint cut
+    # short (a disk error): its resume finds none that loads.
+    assert main(argv(tmp_path, 0)) == 0
+    run_dir = folder(tmp_path, 0)
+    for name in (records.TRAINING_FILE, records.DONE_FILE, records.EPISODES_FILE):
+        (run_dir / name).unlink()
+    shutil.rmtree(run_dir / "final")
+    checkpoints = sorted((run_dir / "checkpoints").glob("step_*/state.pt"))
+    assert checkpoints
+    for state in checkpoints:
+        state.write_bytes(state.read_bytes()[: state.stat().st_size // 2])
+    capsys.readouterr()
     assert main(argv(tmp_path, 0, 2)) == 2  # a damaged file is bad input, as in a single run
     captured = capsys.readouterr()
     errors = [line for line in captured.err.splitlines() if line.startswith("error:")]
     assert errors == [
-        f"error: seed 0 stopped: none of the 1 checkpoints in {damaged.parent.parent} loads "
-        "(the lines above name each); to train this run afresh, delete "
-        f"{damaged.parent.parent} and run the same command again"
+        f"error: seed 0 stopped: none of the {len(checkpoints)} checkpoints in "
+        f"{run_dir / 'checkpoints'} loads (the lines above name each); to train this run "
+        f"afresh, delete {run_dir / 'checkpoints'} and run the same command again"
     ]
     assert "Traceback" not in captured.err
-    assert not (folder(tmp_path, 0) / records.DONE_FILE).exists()
+    assert not (run_dir / records.DONE_FILE).exists()
     assert (folder(tmp_path, 1) / records.DONE_FILE).exists()
     assert "2/2 members ended, 1 stopped; mean held-out success" in captured.out
 
