@@ -22,9 +22,10 @@ from pathlib import Path
 
 from creditgym.benchmarks import comparison
 from creditgym.benchmarks.cli import UsageError, exit_on_usage_error, parse_arguments, prog_of
+from creditgym.benchmarks.run_build import credit_class
 from creditgym.benchmarks.run_config import RunConfig
 from creditgym.benchmarks.run_population import group_into_populations
-from creditgym.benchmarks.run_settings import NO_CREDIT
+from creditgym.benchmarks.run_settings import NO_CREDIT, credit_options_of
 from creditgym.benchmarks.run_validate import validate
 from creditgym.benchmarks.sweep import SweepConfig, load_sweep, parse_shard, run_local
 
@@ -75,6 +76,9 @@ def main(argv: list[str] | None = None) -> int:
     if any(seed < 0 for seed in args.seeds):
         raise UsageError(f"--seeds must be >= 0 (got {args.seeds})")
     shard_index, shard_count = parse_shard(args.shard)
+    # The module and its options first: a typo is one line before the plan is read.
+    credit_class(args.credit)
+    credit_options_of(RunConfig(credit=args.credit, credit_options=args.credit_options))
     configs = load_sweep(args.config, None)
     cells = comparison.plan_cells(configs, args.out)
     for cell in cells:  # the module, its options and the output folder, before any work
@@ -87,15 +91,18 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     todo = plan.to_run()[shard_index::shard_count]
     started = time.monotonic()
+    before = resource.getrusage(resource.RUSAGE_SELF)
+    cpu_before = before.ru_utime + before.ru_stime
     failures = run_local(
         group_into_populations(todo, args.population),
         SweepConfig(config=args.config, out=args.out, population=args.population),
     )
     if todo:
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        used = resource.getrusage(resource.RUSAGE_SELF)
         print(
-            f"measured: {len(todo)} runs in {time.monotonic() - started:.0f} s, "
-            f"peak RSS {peak:.0f} MB",
+            f"measured: {len(todo)} runs in {time.monotonic() - started:.0f} s wall, "
+            f"{used.ru_utime + used.ru_stime - cpu_before:.0f} s CPU, "
+            f"peak RSS {used.ru_maxrss / 1024:.0f} MB",
             flush=True,
         )
     for failure in failures:

@@ -1,0 +1,215 @@
+"""`python -m benchmarks.compare` (benchmarks/compare.py, benchmarks/comparison.py): a
+user's module on the plan's grpo cells, grpo runs of equal identity reused, the cost
+printed first, and verdicts that agree with the paired analysis worked out here."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import statistics
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.stats
+
+from creditgym.benchmarks import comparison, records
+from creditgym.benchmarks.compare import main
+from creditgym.benchmarks.run_identity import run_name
+from creditgym.benchmarks.stats import Interval
+from creditgym.benchmarks.sweep import load_sweep
+
+EXAMPLE = "examples.discounted_credit:DiscountedGroupReturn"
+PLAN = Path("benchmarks/configs/study_decisive.toml")
+SUBSET = Path("benchmarks/configs/compare.toml")
+# One cell (KeyDoor delay 4, return channel) planned at seeds 0-3, as small as a run with a
+# learning curve gets: two iterations of `small`, 8 held-out episodes.
+TINY_PLAN = """
+[common]
+model = "small"
+steps = 2
+learning_rate = 3e-3
+max_new_tokens = 8
+constrained = true
+eval_episodes = 8
+eval_batch_size = 8
+eval_every = 1
+curve_episodes = 4
+sample_group_size = 2
+
+[[grid]]
+env = "keydoor"
+seed = [0, 1, 2, 3]
+env_options = "delay=4 variance=high verdict_feedback=false"
+credit = ["grpo", "hcapo"]
+"""
+
+
+def test_the_plans_cells_are_its_grpo_rows_at_the_planned_seeds_and_compare_toml_a_subset():
+    cells = comparison.plan_cells(load_sweep(PLAN, None), Path("out"))
+    # KeyDoor's two levels on two channels, Umbrella's two on the return channel.
+    assert [(c.baseline.env, c.baseline.reward_channel) for c in cells] == [
+        ("keydoor", "return"),
+        ("keydoor", "outcome"),
+        ("keydoor", "return"),
+        ("keydoor", "outcome"),
+        ("umbrella", "return"),
+        ("umbrella", "return"),
+    ]
+    assert [len(c.seeds) for c in cells] == [106, 106, 106, 106, 51, 51]
+    assert all(c.baseline.credit == "grpo" and not c.baseline.credit_options for c in cells)
+    assert all(c.baseline.out == Path("out") for c in cells)
+    # compare.toml's cells are the plan's own, at its seeds: the same run folders.
+    subset = comparison.plan_cells(load_sweep(SUBSET, None), Path("out"))
+    assert subset and all(cell in cells for cell in subset)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--credit", "no_such_module:Credit"], "cannot import credit module"),
+        (["--credit", "pathlib:Path"], "lacks"),
+        (["--credit", "hcapp"], "Did you mean hcapo"),
+        (["--credit", "grpo"], "compare a module other than the baseline"),
+        (["--credit", EXAMPLE, "--credti-options", "gamma=2"], "--credit-options"),
+        (["--credit", EXAMPLE, "--credit-options", "gamma=2"], "gamma must be in [0, 1]"),
+        (["--credit", EXAMPLE, "--config", "no/such.toml"], "cannot read sweep file"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(args, message, tmp_path, capsys):
+    plan = tmp_path / "plan.toml"
+    plan.write_text(TINY_PLAN, encoding="utf-8")
+    argv = ["--config", str(plan), *args, "--out", str(tmp_path / "runs"), "--dry-run"]
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    assert len(captured.err.strip().splitlines()) == 1 and message in captured.err
+    assert captured.out == ""
+    assert not (tmp_path / "runs").exists()
+
+
+def test_verdicts_follow_the_plans_rules():
+    row = {"seeds": 10, "planned_seeds": 10, "p_difference": 0.01, "p_equivalence": 0.5}
+    better = {**row, "difference": Interval(0.2, 0.1, 0.3)}
+    assert comparison.verdict(better, exploratory=False) == ("better", True)
+    worse = {**row, "difference": Interval(-0.2, -0.35, -0.05)}
+    assert comparison.verdict(worse, exploratory=False) == ("worse", False)  # half-width 15
+    tie = {**row, "difference": Interval(0.0, -0.05, 0.05), "p_difference": 0.6}
+    tie["p_equivalence"] = 0.01
+    assert comparison.verdict(tie, exploratory=False) == ("tie", True)
+    assert comparison.verdict(tie, exploratory=True) == ("exploratory: tie", True)
+    unclear = {**tie, "p_equivalence": 0.2, "difference": Interval(0.0, -0.2, 0.2)}
+    assert comparison.verdict(unclear, exploratory=False) == ("inconclusive", False)
+    short = {**tie, "seeds": 9}
+    assert comparison.verdict(short, exploratory=False) == ("short of seeds (9 of 10)", True)
+    none = {**row, "seeds": 2, "difference": None}
+    assert comparison.verdict(none, exploratory=True) == ("short of seeds (2 of 10)", None)
+
+
+def table_rows(text: str) -> list[list[str]]:
+    """The body rows of the markdown table in a command's output."""
+    lines = [line for line in text.splitlines() if line.startswith("| ")]
+    return [[cell.strip() for cell in line.strip("|").split("|")] for line in lines[1:]]
+
+
+def endpoints(run_dir: Path) -> tuple[float, float]:
+    """Final held-out success and the curve's area, recomputed from the run's records."""
+    config = records.read_json(run_dir / records.CONFIG_FILE)
+    episodes = [e for e in records.read_episodes(run_dir) if e.index < config["eval_episodes"]]
+    final = float(np.mean([e.success for e in episodes]))
+    curve = records.read_curve(run_dir)
+    rollouts = [records.rollouts_used(records.read_metrics(run_dir)[: p["optimizer_step"]])
+                for p in curve]  # fmt: skip
+    area = float(np.trapezoid([p["success_rate"] for p in curve], rollouts) / rollouts[-1])
+    return final, area
+
+
+def run_folders(out: Path, credit: str) -> list[Path]:
+    """The finished run folders of `credit` under `out`, by seed."""
+    found = [d for d in out.iterdir() if (d / records.DONE_FILE).exists()]
+    chosen = [d for d in found if records.read_json(d / records.CONFIG_FILE)["credit"] == credit]
+    return sorted(chosen, key=lambda d: records.read_json(d / records.CONFIG_FILE)["seed"])
+
+
+@pytest.mark.slow  # six two-iteration runs of `small`: about a minute
+def test_compare_runs_the_module_and_grpo_then_prints_the_paired_verdicts(tmp_path, capsys):
+    plan = tmp_path / "plan.toml"
+    plan.write_text(TINY_PLAN, encoding="utf-8")
+    out = tmp_path / "runs"
+    args = ["--config", str(plan), "--credit", EXAMPLE, "--seeds", "0", "1", "2"]
+    assert main([*args, "--out", str(out), "--baselines", str(tmp_path / "none")]) == 0
+    text = capsys.readouterr().out
+    lines = text.splitlines()
+    # The cost and the departure from the plan come first, before any run starts.
+    assert lines[0].startswith("--seeds 0 1 2 departs from the plan (4 seeds per cell)")
+    assert "3 seeds: run 3 of the module's and 3 grpo (0 grpo reused)" in lines[1]
+    assert lines[2].startswith("planned: 6 runs to do, 0 reused")
+    assert text.index("planned:") < text.index("): running")
+    assert "measured: 6 runs in" in text
+
+    # The run folders a sweep of the plan's grpo rows with this credit would write.
+    grpo, mine = run_folders(out, "grpo"), run_folders(out, EXAMPLE)
+    swept = tmp_path / "swept.toml"
+    swept.write_text(TINY_PLAN.replace('["grpo", "hcapo"]', f'"{EXAMPLE}"'), encoding="utf-8")
+    assert [d.name for d in mine] == [run_name(c) for c in load_sweep(swept, out)[:3]]
+    assert len(grpo) == 3
+
+    # The verdict table, recomputed here from the runs' records: paired by seed, the
+    # t-test and the two one-sided tests at 10 points, Holm over the two endpoints.
+    rows = table_rows(text)
+    assert [row[:5] for row in rows] == [
+        ["KeyDoor-v0", "delay=4, variance=high, verdict_feedback=false, T=8", "return", e, "3/4"]
+        for e in ("final", "AUC")
+    ]
+    x = np.array([endpoints(d) for d in mine])
+    y = np.array([endpoints(d) for d in grpo])
+    d = x - y
+    p_difference, p_equivalence = [], []
+    for column in range(2):
+        mean, se = d[:, column].mean(), d[:, column].std(ddof=1) / math.sqrt(3)
+        p_difference.append(2 * scipy.stats.t.sf(abs(mean) / se, 2) if se else float(mean == 0))
+        low = scipy.stats.t.sf((mean + 0.1) / se, 2) if se else float(abs(mean) >= 0.1)
+        high = scipy.stats.t.cdf((mean - 0.1) / se, 2) if se else float(abs(mean) >= 0.1)
+        p_equivalence.append(max(low, high))
+    for ps in (p_difference, p_equivalence):  # Holm over two: 2 p_min, then max with p_max
+        small, large = sorted(range(2), key=lambda i: ps[i])
+        ps[small], ps[large] = min(1.0, 2 * ps[small]), max(min(1.0, 2 * ps[small]), ps[large])
+    for column, row in enumerate(rows):
+        assert row[5] == f"{100 * y[:, column].mean():.1f}"
+        assert row[6] == f"{100 * x[:, column].mean():.1f}"
+        mean = d[:, column].mean()
+        half = scipy.stats.t.ppf(0.975, 2) * d[:, column].std(ddof=1) / math.sqrt(3)
+        assert row[7] == f"{100 * mean:.1f} [{100 * (mean - half):.1f}, {100 * (mean + half):.1f}]"
+        assert row[8] == ("yes" if half <= 0.1 else "no")
+        assert row[9] == f"{p_difference[column]:.3f}"
+        assert row[10] == f"{p_equivalence[column]:.3f}"
+        if p_difference[column] < 0.05:
+            word = "better" if mean > 0 else "worse"
+        else:
+            word = "tie" if p_equivalence[column] < 0.05 else "inconclusive"
+        assert row[11] == f"exploratory: {word}"
+
+    # Another output folder, searching the first for grpo: its grpo runs are reused (equal
+    # identity), and the cost's seconds per run are their measured training seconds.
+    other = tmp_path / "other"
+    assert main([*args, "--out", str(other), "--baselines", str(out), "--dry-run"]) == 0
+    dry = capsys.readouterr().out
+    assert "run 3 of the module's and 0 grpo (3 grpo reused)" in dry
+    seconds = statistics.median(
+        records.read_json(d / records.TRAINING_FILE)["wall_seconds"] for d in grpo
+    )
+    assert f"{seconds:.0f} s per run (median of 3 finished grpo runs of this cell)" in dry
+    assert ": running" not in dry and not other.exists()
+
+    # A copy of a grpo run whose recorded identity differs (another learning rate) under
+    # the same name is not reused.
+    copied = tmp_path / "copied"
+    shutil.copytree(grpo[0], copied / grpo[0].name)
+    cells = comparison.plan_cells(load_sweep(plan, None), other)
+    config = cells[0].baseline
+    assert comparison.finished_run(config, [copied]) == copied / grpo[0].name
+    path = copied / grpo[0].name / records.CONFIG_FILE
+    saved = json.loads(path.read_text())
+    saved["identity"]["learning_rate"] = 0.01
+    path.write_text(json.dumps(saved))
+    assert comparison.finished_run(config, [copied]) is None
