@@ -34,6 +34,7 @@ COMMANDS = {
     "sweep": "sweep",
     "leaderboard": "leaderboard",
     "study": "study",
+    "compare": "compare",
     "credit-truth": "credit_truth",
     "credit-quality": "credit_quality",
     "hindsight-ablation": "hindsight_ablation",
