@@ -93,7 +93,7 @@ def row_argv(row: str, args: BenchArgs) -> list[str]:
     """The `benchmarks.run` options of a row, without seed, population and out."""
     env, credit = row.split("-", 1)
     name, options = ENVS[env]
-    steps = args.keydoor_steps if env == "keydoor" else args.umbrella_steps
+    steps = {"keydoor": args.keydoor_steps, "umbrella": args.umbrella_steps}[env]
     return [
         *STUDY_ARGV, "--env", name, "--env-options", *options.split(), "--credit", credit,
         "--steps", str(steps), "--eval-episodes", str(args.eval_episodes),
