@@ -14,6 +14,7 @@ against grpo (docs/study_plan.md's analysis; `benchmarks/comparison.py`).
 
 from __future__ import annotations
 
+import os
 import resource
 import sys
 import time
@@ -76,6 +77,11 @@ def main(argv: list[str] | None = None) -> int:
     if any(seed < 0 for seed in args.seeds):
         raise UsageError(f"--seeds must be >= 0 (got {args.seeds})")
     shard_index, shard_count = parse_shard(args.shard)
+    # `--credit my_module:MyCredit` names a file beside the user, wherever the command was
+    # started from: `python -m` puts the working directory on the path, the `creditgym`
+    # console script does not.
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
     # The module and its options first: a typo is one line before the plan is read.
     credit_class(args.credit)
     credit_options_of(RunConfig(credit=args.credit, credit_options=args.credit_options))

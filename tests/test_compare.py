@@ -8,6 +8,8 @@ import json
 import math
 import shutil
 import statistics
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -213,3 +215,21 @@ def test_compare_runs_the_module_and_grpo_then_prints_the_paired_verdicts(tmp_pa
     saved["identity"]["learning_rate"] = 0.01
     path.write_text(json.dumps(saved))
     assert comparison.finished_run(config, [copied]) is None
+
+
+def test_the_console_script_imports_the_users_module_from_the_working_directory(tmp_path):
+    # `creditgym compare` (a console script: the working directory is not on its path, as
+    # it is under `python -m`) finds `my_module.py` beside the user, as the docs promise.
+    (tmp_path / "my_module.py").write_text(
+        "from creditgym.credit.grpo import GRPO\n\n\nclass MyCredit(GRPO):\n"
+        '    name = "my_credit"\n',
+        encoding="utf-8",
+    )
+    (tmp_path / "plan.toml").write_text(TINY_PLAN, encoding="utf-8")
+    command = [str(Path(sys.executable).parent / "creditgym"), "compare"]
+    command += ["--credit", "my_module:MyCredit", "--config", "plan.toml", "--dry-run"]
+    command += ["--out", "runs", "--baselines", "none"]
+    done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "4 seeds: run 4 of the module's and 4 grpo (0 grpo reused)" in done.stdout
+    assert not (tmp_path / "runs").exists()
