@@ -201,8 +201,8 @@ def kill_plan() -> list[Target]:
 
 def phase_timings(child: Child) -> dict[str, list[float]]:
     """Seconds per phase and iteration of an uninterrupted run, read from its markers:
-    the rollout bar (drawn to cleared), credit (to the update bar), the update bar (to
-    the step line); evaluation: the evaluate bar to its first count (one batch played)."""
+    the rollout bar (drawn to cleared), credit (to the update bar), the update bar (drawn
+    to cleared); evaluation: the evaluate bar to its first count (one batch played)."""
     rollouts = child.bars(ROLLOUT_BAR)[:ITERATIONS]
     updates = child.bars("update")[:ITERATIONS]
     steps = [child.first(rf"step {i}/{ITERATIONS} \|") for i in range(1, ITERATIONS + 1)]
@@ -210,7 +210,9 @@ def phase_timings(child: Child) -> dict[str, list[float]]:
     return {
         "rollout": [end - begin for begin, end in rollouts],
         "credit": [u[0] - r[1] for r, u in zip(rollouts, updates, strict=True)],
-        "update": [s - u[0] for u, s in zip(updates, steps, strict=True)],
+        # The bar's own span: the step line comes after the step's record is fsynced, a
+        # wait that is no part of the update (kills aimed into it landed after the update).
+        "update": [(u[1] or s) - u[0] for u, s in zip(updates, steps, strict=True)],
         "evaluation": [evaluation],
     }
 
