@@ -56,8 +56,9 @@ class CompareConfig:
     population: int = 8
     """Most seeds of one configuration trained together (`benchmarks.sweep --population`)."""
     shard: str = "0/1"
-    """`i/n`: do only the runs at positions i, i + n, ... (two processes on two cores);
-    the verdicts are printed by a process that finds every run finished."""
+    """`i/n`: do only the populations at positions i, i + n, ... of those to run (two
+    processes on two cores); the verdicts are printed by a process that finds every run
+    finished."""
     dry_run: bool = False
     """Print the planned cost and stop."""
 
@@ -95,18 +96,20 @@ def main(argv: list[str] | None = None) -> int:
         print(line, flush=True)
     if args.dry_run:
         return 0
-    todo = plan.to_run()[shard_index::shard_count]
+    # Populations first, then the shard's share of them: sharding single runs would split
+    # every population's consecutive seeds between the processes.
+    todo = group_into_populations(plan.to_run(), args.population)[shard_index::shard_count]
     started = time.monotonic()
     before = resource.getrusage(resource.RUSAGE_SELF)
     cpu_before = before.ru_utime + before.ru_stime
     failures = run_local(
-        group_into_populations(todo, args.population),
-        SweepConfig(config=args.config, out=args.out, population=args.population),
+        todo, SweepConfig(config=args.config, out=args.out, population=args.population)
     )
     if todo:
         used = resource.getrusage(resource.RUSAGE_SELF)
         print(
-            f"measured: {len(todo)} runs in {time.monotonic() - started:.0f} s wall, "
+            f"measured: {sum(p.population for p in todo)} runs in "
+            f"{time.monotonic() - started:.0f} s wall, "
             f"{used.ru_utime + used.ru_stime - cpu_before:.0f} s CPU, "
             f"peak RSS {used.ru_maxrss / 1024:.0f} MB",
             flush=True,

@@ -133,27 +133,36 @@ def run_folders(out: Path, credit: str) -> list[Path]:
     return sorted(chosen, key=lambda d: records.read_json(d / records.CONFIG_FILE)["seed"])
 
 
-@pytest.mark.slow  # six two-iteration runs of `small`: about a minute
+# Six two-iteration runs of `small`: 14 s on the shared 2-core machine.
 def test_compare_runs_the_module_and_grpo_then_prints_the_paired_verdicts(tmp_path, capsys):
     plan = tmp_path / "plan.toml"
     plan.write_text(TINY_PLAN, encoding="utf-8")
     out = tmp_path / "runs"
     args = ["--config", str(plan), "--credit", EXAMPLE, "--seeds", "0", "1", "2"]
-    assert main([*args, "--out", str(out), "--baselines", str(tmp_path / "none")]) == 0
-    text = capsys.readouterr().out
-    lines = text.splitlines()
+    args += ["--out", str(out), "--baselines", str(tmp_path / "none")]
+    # The second of two shards: the module's population (seeds 0-2) of the two to run.
+    assert main([*args, "--shard", "1/2"]) == 1
+    captured = capsys.readouterr()
+    lines = captured.out.splitlines()
     # The cost and the departure from the plan come first, before any run starts.
     assert lines[0].startswith("--seeds 0 1 2 departs from the plan (4 seeds per cell)")
     assert "3 seeds: run 3 of the module's and 3 grpo (0 grpo reused)" in lines[1]
     assert lines[2].startswith("planned: 6 runs to do, 0 reused")
-    assert text.index("planned:") < text.index("): running")
-    assert "measured: 6 runs in" in text
-
+    assert captured.out.index("planned:") < captured.out.index("): running")
+    assert "measured: 3 runs in" in captured.out and "| instrument |" not in captured.out
+    assert "3 runs not finished (another shard, or failed)" in captured.err
     # The run folders a sweep of the plan's grpo rows with this credit would write.
-    grpo, mine = run_folders(out, "grpo"), run_folders(out, EXAMPLE)
+    mine = run_folders(out, EXAMPLE)
     swept = tmp_path / "swept.toml"
     swept.write_text(TINY_PLAN.replace('["grpo", "hcapo"]', f'"{EXAMPLE}"'), encoding="utf-8")
     assert [d.name for d in mine] == [run_name(c) for c in load_sweep(swept, out)[:3]]
+    assert run_folders(out, "grpo") == []
+
+    # The same command unsharded runs what is left (grpo), then prints the verdicts.
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    assert "run 0 of the module's and 3 grpo" in text and "measured: 3 runs in" in text
+    grpo = run_folders(out, "grpo")
     assert len(grpo) == 3
 
     # The verdict table, recomputed here from the runs' records: paired by seed, the
