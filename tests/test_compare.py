@@ -21,6 +21,8 @@ from creditgym.benchmarks.compare import main
 from creditgym.benchmarks.run_identity import run_name
 from creditgym.benchmarks.stats import Interval
 from creditgym.benchmarks.sweep import load_sweep
+from examples.discounted_credit import DiscountedGroupReturn, DiscountedGroupReturnOptions
+from tests.credit_cases import scripted_trajectory
 
 EXAMPLE = "examples.discounted_credit:DiscountedGroupReturn"
 PLAN = Path("benchmarks/configs/study_decisive.toml")
@@ -242,3 +244,19 @@ def test_the_console_script_imports_the_users_module_from_the_working_directory(
     assert done.returncode == 0, done.stderr
     assert "4 seeds: run 4 of the module's and 4 grpo (0 grpo reused)" in done.stdout
     assert not (tmp_path / "runs").exists()
+
+
+def test_the_example_module_gives_discounted_group_relative_returns_worked_by_hand():
+    # Group "a": returns 3 (three steps) and 1 (one step), mean 2; group "b": one of 5.
+    batch = [
+        scripted_trajectory("a", [0.0, 1.0, 2.0], success=True),
+        scripted_trajectory("a", [1.0], success=False),
+        scripted_trajectory("b", [5.0, 0.0], success=True),
+    ]
+    module = DiscountedGroupReturn(DiscountedGroupReturnOptions(gamma=0.5))
+    steps = module.compute(batch).step_advantages
+    # (R - mean) * gamma^(T - 1 - t): 1 * (0.25, 0.5, 1); -1 * (1); 0 * (0.5, 1).
+    assert [s.tolist() for s in steps] == [[0.25, 0.5, 1.0], [-1.0], [0.0, 0.0]]
+    assert all(s.dtype == np.float32 for s in steps)
+    with pytest.raises(ValueError, match="gamma must be in"):
+        DiscountedGroupReturnOptions(gamma=1.5)
