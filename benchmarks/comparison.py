@@ -288,7 +288,7 @@ def cost_lines(comparison: Comparison, folders: Sequence[Path]) -> list[str]:
     )
     lines.append(
         "memory: one run's at a time, plus one copy of the starting weights per population "
-        "(docs/running.md, Population runs)"
+        "(docs/running.md, Population runs; docs/extending.md gives a measured peak)"
     )
     return lines
 
@@ -432,7 +432,16 @@ def verdict_table(rows: Sequence[dict[str, Any]], name: str) -> str:
                 row["verdict"],
             ]
         )
-    return markdown_table(columns, body)
+    tested = sum(row["difference"] is not None for row in rows)
+    return "\n".join(
+        [
+            markdown_table(columns, body),
+            "",
+            f"Paired by seed; p-values Holm-adjusted over the module's family of {tested} "
+            f"(cells x endpoints; differences and equivalences each a family); tie: TOST "
+            f"within ±{100 * study.EQUIVALENCE_MARGIN:.0f} points; alpha {study.ALPHA}.",
+        ]
+    )
 
 
 def _points(value: float) -> str:

@@ -170,6 +170,7 @@ def test_compare_runs_the_module_and_grpo_then_prints_the_paired_verdicts(tmp_pa
     # The verdict table, recomputed here from the runs' records: paired by seed, the
     # t-test and the two one-sided tests at 10 points, Holm over the two endpoints.
     rows = table_rows(text)
+    assert "Holm-adjusted over the module's family of 2 " in text
     assert [row[:5] for row in rows] == [
         ["KeyDoor-v0", "delay=4, variance=high, verdict_feedback=false, T=8", "return", e, "3/4"]
         for e in ("final", "AUC")
