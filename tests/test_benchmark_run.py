@@ -55,7 +55,8 @@ def test_unreadable_model_path_is_one_line_and_leaves_no_run_folder(capsys, tmp_
     argv = ["--model", str(tmp_path / "no-such-model"), "--out", str(tmp_path / "runs")]
     assert main(argv) == 2
     assert "no-such-model" in one_error_line(capsys)
-    assert not list((tmp_path / "runs").iterdir())
+    # Refused before any work: not even --out is created.
+    assert not (tmp_path / "runs").exists()
 
 
 def test_unwritable_out_is_one_line(capsys, tmp_path):
