@@ -362,9 +362,14 @@ def load_model(
             dtype,
         )
     except (OSError, ValueError) as error:
+        first_line = str(error).strip().splitlines()[0] if str(error).strip() else repr(error)
+        if looks_like_path:  # the folder exists: say what is wrong with it, not "unknown"
+            raise ModelUnavailableError(
+                f"cannot load model {name_or_path!r}: the folder holds no loadable model "
+                f"({first_line})"
+            ) from error
         if not hub_lookups_allowed() and not in_hub_cache(name_or_path):
             raise ModelUnavailableError(unknown_model_message(name_or_path)) from error
-        first_line = str(error).strip().splitlines()[0] if str(error).strip() else repr(error)
         raise ModelUnavailableError(
             f"cannot load model {name_or_path!r}: not a registered name "
             f"({', '.join(MODELS)}), not a local model folder, and not loadable from a "

@@ -74,6 +74,16 @@ def test_missing_folder_is_a_one_line_error(tmp_path):
     assert "\n" not in str(error.value) and "smollm2-135m" in str(error.value)
 
 
+def test_a_folder_without_a_model_is_a_one_line_load_error_not_an_unknown_name(tmp_path):
+    folder = tmp_path / "not-a-model"
+    folder.mkdir()
+    with pytest.raises(ModelUnavailableError, match="cannot load model") as error:
+        load_model(str(folder))
+    message = str(error.value)
+    assert "\n" not in message and "no loadable model" in message
+    assert "unknown model" not in message  # it exists: the hub hint would mislead
+
+
 def test_every_named_model_is_registered_in_one_place_with_a_loader_that_imports():
     assert set(MODELS) == {"tiny", "small", "small-warm", "smollm2-135m"}
     for name, registered in MODELS.items():
