@@ -162,7 +162,7 @@ def expand(document: Mapping[str, Any], out: Path | None) -> list[RunConfig]:
     grids = document.get("grid", [])
     if not grids:
         raise UsageError("the sweep file has no [[grid]] table")
-    configs: list[RunConfig] = []
+    configs: dict[RunConfig, None] = {}  # insertion-ordered set: file order, O(1) lookups
     for grid in grids:
         axes = {key: value if isinstance(value, list) else [value] for key, value in grid.items()}
         for values in itertools.product(*axes.values()):
@@ -174,9 +174,8 @@ def expand(document: Mapping[str, Any], out: Path | None) -> list[RunConfig]:
                 config = RunConfig(**{**preset, **fields, "out": out})
             except TypeError as error:
                 raise UsageError(f"bad run options {fields}: {error}") from error
-            if config not in configs:
-                configs.append(config)
-    return configs
+            configs.setdefault(config)
+    return list(configs)
 
 
 def load_sweep(path: Path, out: Path | None) -> list[RunConfig]:
