@@ -9,16 +9,16 @@ modules report one-off progress (a model download, a data set built on first use
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import difflib
 import io
 import logging
 import os
+import re
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TypeVar
-
-import tyro
 
 from creditgym.agents.atomic import DamagedFileError
 
@@ -66,19 +66,51 @@ def prog_of(module: str) -> str:
     return f"python -m creditgym.benchmarks.{module}"
 
 
-def parse_arguments(config_type: type[T], args: Sequence[str] | None, prog: str, **kwargs) -> T:
-    """`tyro.cli(config_type, args=args, prog=prog, **kwargs)`, with a usage error as one
-    `UsageError` line (exit status 2) instead of tyro's 5-11-line box; `--help` as tyro
-    prints it."""
+def parse_arguments(
+    config_type: type[T] | argparse.ArgumentParser,
+    args: Sequence[str] | None,
+    prog: str,
+    **kwargs,
+) -> T | argparse.Namespace:
+    """The one parser of every command line: `tyro.cli(config_type, args=args, prog=prog,
+    **kwargs)`, or for an `argparse.ArgumentParser` its `parse_args(args)` under `prog`;
+    a usage error either way is one `UsageError` line (exit status 2) instead of tyro's
+    5-11-line box or argparse's usage lines; `--help` as the parser prints it. (tyro is
+    imported here, not above: the argparse commands run where only the standard library
+    is, e.g. the GPU check before its install.)"""
     captured = io.StringIO()
     try:
         with contextlib.redirect_stderr(captured):
+            if isinstance(config_type, argparse.ArgumentParser):
+                config_type.prog = prog
+                return config_type.parse_args(args)
+            import tyro
+
             return tyro.cli(config_type, args=args, prog=prog, **kwargs)
     except SystemExit as exit:
         if exit.code in (0, None):
             sys.stderr.write(captured.getvalue())
             raise
+        if isinstance(config_type, argparse.ArgumentParser):
+            options = list(config_type._option_string_actions)
+            raise UsageError(argparse_error_line(captured.getvalue(), prog, options)) from None
         raise UsageError(tyro_error_line(captured.getvalue(), prog)) from None
+
+
+def argparse_error_line(output: str, prog: str, options: Iterable[str] = ()) -> str:
+    """One line from argparse's error output (its usage lines, then `prog: error: ...`):
+    the message, close matches of an unrecognized option among `options`, then where the
+    options are listed."""
+    errors = [line.split(": error: ", 1)[1] for line in output.splitlines() if ": error: " in line]
+    message = (errors[-1].strip() if errors else "bad arguments").rstrip(".")
+    unknown = re.match(r"unrecognized arguments: (.*)", message)
+    close = [
+        match
+        for word in (unknown.group(1).split() if unknown else [])
+        for match in difflib.get_close_matches(word.split("=")[0], list(options), n=2)
+    ]
+    hint = f" Did you mean {', '.join(dict.fromkeys(close))}?" if close else ""
+    return f"{message}.{hint} (`{prog} --help` lists the options)"
 
 
 def indent_of(text: str) -> int:
@@ -174,3 +206,16 @@ def exit_on_usage_error(main: Callable[[list[str] | None], int]) -> Callable[...
     wrapped.__doc__ = main.__doc__
     wrapped.__name__ = main.__name__
     return wrapped
+
+
+def run_script(main: Callable[[T], object], config_type: type[T], module: str) -> int:
+    """The `__main__` block of a script whose `main` takes its parsed config (the perf
+    scripts): the command line parsed as every command's is (`parse_arguments`, a bad flag
+    one line, exit status 2), then `main(config)` as before, its errors its own."""
+    try:
+        config = parse_arguments(config_type, None, prog_of(module))
+    except UsageError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return USAGE_EXIT_CODE
+    main(config)
+    return 0

@@ -15,12 +15,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import torch
-import tyro
 
 from creditgym import envs
 from creditgym.agents.models import MODELS, LoadedModel, ModelUnavailableError, load_model
 from creditgym.agents.precision import cpu_features, native_bfloat16, use_bfloat16_matmuls
-from creditgym.benchmarks.cli import UsageError, lookup, suggest
+from creditgym.benchmarks.cli import UsageError, lookup, parse_arguments, prog_of, suggest
 
 DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32,
@@ -151,13 +150,12 @@ def run_scoring_command(
     argv: Sequence[str] | None,
 ) -> int:
     """The body of a scoring entry point's `main` (`credit_truth`, `decomposition`,
-    `hindsight_ablation`): parse `argv` (the command line if None) into `args_type` with
-    tyro, use as many torch threads as OMP_NUM_THREADS says (1 if unset), call
-    `run(args, argv)`; the argv goes along so the outputs can record their command."""
+    `hindsight_ablation`): parse `argv` (the command line if None) into `args_type`
+    (`parse_arguments`: a bad flag is one line, exit status 2), use as many torch threads
+    as OMP_NUM_THREADS says (1 if unset), call `run(args, argv)`; the argv goes along so the outputs can record
+    their command."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = tyro.cli(
-        args_type, prog=f"python -m benchmarks.{module}", args=argv, description=doc.split("\n")[0]
-    )
+    args = parse_arguments(args_type, argv, prog_of(module), description=doc.split("\n")[0])
     torch.set_num_threads(max(1, int(os.environ.get("OMP_NUM_THREADS", "1"))))
     run(args, argv)
     return 0

@@ -15,11 +15,10 @@ import time
 
 import gymnasium as gym
 import torch
-import tyro
 
 from creditgym import credit, envs
 from creditgym.benchmarks import common
-from creditgym.benchmarks.cli import UsageError, exit_on_usage_error
+from creditgym.benchmarks.cli import UsageError, exit_on_usage_error, parse_arguments, prog_of
 from creditgym.credit.base import NonFiniteError
 from creditgym.credit.scoring import ScoreMemo
 from creditgym.measure.key_steps import (
@@ -72,7 +71,7 @@ def format_table(name: str, rows: dict[str, QualityRow]) -> str:
 @exit_on_usage_error
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `python -m benchmarks.credit_quality`."""
-    args = validate(tyro.cli(EvaluateArgs, args=argv, prog="python -m benchmarks.credit_quality"))
+    args = validate(parse_arguments(EvaluateArgs, argv, prog_of("credit_quality")))
     names = module_names(args.credit)
     torch.set_num_threads(1)
     model = None

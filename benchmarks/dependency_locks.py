@@ -27,6 +27,8 @@ import tomllib
 from pathlib import Path
 from typing import NamedTuple
 
+from creditgym.benchmarks.cli import exit_on_usage_error, parse_arguments, prog_of
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 LOCKS_DIR = REPO_ROOT / "locks"
 DIGEST_PREFIX = "# pyproject-sha256: "
@@ -123,15 +125,14 @@ def compile_lock(lock: Lock, uv: str) -> str:
     return "\n".join(header) + "\n" + body
 
 
+@exit_on_usage_error
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m benchmarks.dependency_locks", description=__doc__.splitlines()[0]
-    )
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--check", action="store_true", help="only check that every lock matches pyproject"
     )
     parser.add_argument("--uv", default="uv", help="the uv program to resolve with (uv)")
-    args = parser.parse_args(argv)
+    args = parse_arguments(parser, argv, prog_of("dependency_locks"))
     if args.check:
         problems = stale_locks()
         for problem in problems:

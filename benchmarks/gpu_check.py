@@ -42,6 +42,7 @@ from functools import partial
 from pathlib import Path
 from typing import TextIO
 
+from creditgym.benchmarks.cli import UsageError, exit_on_usage_error, parse_arguments, prog_of
 from creditgym.benchmarks.gpu_wheels import (
     PYTHON_VERSION,
     REPO_ROOT,
@@ -285,10 +286,9 @@ def check(args: argparse.Namespace, report: TextIO) -> list[Outcome]:
     return outcomes
 
 
+@exit_on_usage_error
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="bash benchmarks/gpu_check.sh", description=__doc__.splitlines()[0]
-    )
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda", help="torch device (default cuda)")
     parser.add_argument(
         "--out", type=Path, default=Path("gpu_check.txt"), help="the figures file to write"
@@ -305,9 +305,9 @@ def main(argv: list[str] | None = None) -> int:
         default=1.0,
         help="multiply every step's time limit and the budget (a slow or loaded machine)",
     )
-    args = parser.parse_args(argv)
+    args = parse_arguments(parser, argv, prog_of("gpu_check"))
     if args.budget_s <= 0 or args.time_scale <= 0:
-        parser.error("--budget-s and --time-scale must be > 0")
+        raise UsageError("--budget-s and --time-scale must be > 0")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     with open(args.out, "w") as report:
         stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")

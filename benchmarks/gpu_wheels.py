@@ -40,6 +40,7 @@ import tomllib
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
+from creditgym.benchmarks.cli import UsageError, exit_on_usage_error, parse_arguments, prog_of
 from creditgym.benchmarks.dependency_locks import pins
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -266,10 +267,9 @@ def unpack_bundle(wheels_dir: Path = WHEELS_DIR) -> str:
     return f"joined {manifest['parts']} parts: {len(wheels)} wheels, {megabytes:.1f} MiB"
 
 
+@exit_on_usage_error
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m benchmarks.gpu_wheels", description=__doc__.splitlines()[0]
-    )
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--carry-mib",
         type=float,
@@ -282,11 +282,11 @@ def main(argv: list[str] | None = None) -> int:
         default=6.0,
         help="MiB left free in each call for the working tree to grow (default 6)",
     )
-    args = parser.parse_args(argv)
+    args = parse_arguments(parser, argv, prog_of("gpu_wheels"))
     tree = travelling_tree_bytes()
     part_bytes = int((args.carry_mib - args.margin_mib) * 2**20) - tree
     if part_bytes < 2**20:
-        parser.error(
+        raise UsageError(
             f"--carry-mib {args.carry_mib:g} leaves no room: the working tree alone is "
             f"{tree / 2**20:.1f} MiB and --margin-mib {args.margin_mib:g}"
         )

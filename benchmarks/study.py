@@ -49,12 +49,11 @@ matplotlib.use("Agg")  # files only
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
-import tyro
 
 from creditgym import credit
 from creditgym.agents.trajectory import DEFAULT_REWARD_CHANNEL
 from creditgym.benchmarks import common, records, stats
-from creditgym.benchmarks.cli import UsageError, exit_on_usage_error
+from creditgym.benchmarks.cli import UsageError, exit_on_usage_error, parse_arguments, prog_of
 from creditgym.benchmarks.plots import method_colours
 from creditgym.credit import REGISTRY
 from creditgym.credit.base import is_oracle
@@ -1206,7 +1205,7 @@ def build(args: StudyArgs) -> pd.DataFrame:
 
 @exit_on_usage_error
 def main(argv: list[str] | None = None) -> int:
-    args = tyro.cli(StudyArgs, args=argv)
+    args = parse_arguments(StudyArgs, argv, prog_of("study"))
     if args.plan:
         if not args.pilot.is_dir():
             raise UsageError(f"no pilot run folder {args.pilot}")

@@ -18,13 +18,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import tyro
 from datasets import Dataset
 from trl import GRPOConfig, GRPOTrainer
 
 from creditgym import envs
 from creditgym.benchmarks import common
-from creditgym.benchmarks.cli import UsageError, exit_on_usage_error
+from creditgym.benchmarks.cli import UsageError, exit_on_usage_error, parse_arguments, prog_of
 from creditgym.benchmarks.records import JsonlAppender
 from creditgym.integrations.trl_env import (
     CreditgymEnv,
@@ -80,7 +79,7 @@ def validate(args: TRLArgs) -> str:
 @exit_on_usage_error
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `python -m benchmarks.trl_grpo`."""
-    args = tyro.cli(TRLArgs, args=argv, prog="python -m benchmarks.trl_grpo")
+    args = parse_arguments(TRLArgs, argv, prog_of("trl_grpo"))
     env_id = validate(args)
     loaded = common.load_policy(args.model)
     try:

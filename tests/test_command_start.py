@@ -14,6 +14,7 @@ from __future__ import annotations
 import ast
 import os
 import re
+import runpy
 import signal
 import subprocess
 import sys
@@ -24,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+from creditgym import cli
 from creditgym.agents.models import ALLOW_HUB_ENV, ModelUnavailableError, load_model
 from creditgym.cli import COMMANDS, extras_by_package
 
@@ -116,6 +118,72 @@ def test_an_unknown_model_fails_at_once_without_asking_a_hub(monkeypatch):
             load_model(name)
     # A hub lookup where none is reachable takes about a minute of retries.
     assert time.monotonic() - started < 10
+
+
+# Every module a user runs, found rather than listed (a new command is covered at once):
+# each file under benchmarks/ with a `__main__` block, the perf scripts included.
+COMMAND_MODULES = sorted(
+    ".".join(path.relative_to(REPO).with_suffix("").parts)
+    for path in (REPO / "benchmarks").rglob("*.py")
+    if 'if __name__ == "__main__":' in path.read_text()
+)
+BAD_FLAGS = ["--no-such-flag", "1"]
+
+
+def assert_one_usage_line(status: object, err: str, prog: str) -> None:
+    lines = stderr_lines(err)
+    assert status == 2 and len(lines) == 1, (status, err[-3000:])
+    # The unknown flag, or a required one missing, which tyro reports first.
+    assert lines[0].startswith("error: "), lines[0]
+    assert lines[0].endswith(f"(`{prog} --help` lists the options)"), lines[0]
+
+
+def test_the_commands_found_include_every_console_command_and_the_perf_scripts():
+    assert {f"benchmarks.{module}" for module in COMMANDS.values()} <= set(COMMAND_MODULES)
+    assert "benchmarks.perf.bench_matmul" in COMMAND_MODULES
+    assert "benchmarks.dependency_locks" in COMMAND_MODULES
+
+
+@pytest.mark.filterwarnings("ignore:.*found in sys.modules:RuntimeWarning")  # runpy's re-run
+@pytest.mark.parametrize("module", COMMAND_MODULES)
+def test_a_bad_flag_of_every_command_module_is_one_line_and_exit_2(module, monkeypatch, capsys):
+    # As `python -m creditgym.<module> --no-such-flag 1` runs it: its `__main__` block.
+    monkeypatch.setattr(sys, "argv", [str(REPO / module.replace(".", "/")), *BAD_FLAGS])
+    with pytest.raises(SystemExit) as exit:
+        runpy.run_module(f"creditgym.{module}", run_name="__main__", alter_sys=True)
+    assert_one_usage_line(exit.value.code, capsys.readouterr().err, f"python -m creditgym.{module}")
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_a_bad_flag_of_every_console_command_is_one_line_and_exit_2(command, monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", ["creditgym", command, *BAD_FLAGS])  # it sets argv[0]
+    status = cli.main([command, *BAD_FLAGS])
+    assert_one_usage_line(status, capsys.readouterr().err, f"creditgym {command}")
+
+
+# Where a command line is parsed: `benchmarks.cli.parse_arguments` alone, so that every
+# command refuses a bad flag the same way. Other calls, each with its reason.
+OTHER_PARSERS = {
+    # Re-reads the command recorded in a committed report, not a user's flags.
+    "benchmarks/credit_truth.py",
+    # envs/ may not import benchmarks/ (tests/test_import_direction.py).
+    "envs/alfworld/generate.py",
+}
+PARSER_CALL = re.compile(r"\btyro\.cli\(|\.parse_args\(")
+
+
+def test_no_command_parses_its_flags_but_through_the_shared_helper():
+    sources = [
+        path
+        for folder in ("benchmarks", "envs", "agents", "credit", "measure", "trainers")
+        for path in (REPO / folder).rglob("*.py")
+    ]
+    callers = {
+        str(path.relative_to(REPO))
+        for path in sources
+        if PARSER_CALL.search(path.read_text()) and path != REPO / "benchmarks/cli.py"
+    }
+    assert callers == OTHER_PARSERS
 
 
 # The forms of a command a message may name: the console script's commands, and modules of

@@ -11,13 +11,14 @@ Usage: python -m benchmarks.perf.bench_alfworld [--data-dir DIR] [--rounds 3]
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-import tyro
 from alfworld.agents.environment.alfred_tw_env import AlfredTWEnv
 
+from creditgym.benchmarks.cli import run_script
 from creditgym.benchmarks.perf.timing import Stopwatch, machine_state, timed
 from creditgym.envs.alfworld.env import ALFWorldEnv
 
@@ -93,4 +94,4 @@ def main(args: BenchArgs) -> None:
 
 
 if __name__ == "__main__":
-    main(tyro.cli(BenchArgs))
+    sys.exit(run_script(main, BenchArgs, "perf.bench_alfworld"))

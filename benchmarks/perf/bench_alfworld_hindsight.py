@@ -26,15 +26,16 @@ from __future__ import annotations
 import multiprocessing
 import resource
 import shlex
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-import tyro
 
 from creditgym.agents.precision import cpu_features
 from creditgym.benchmarks import common
+from creditgym.benchmarks.cli import run_script
 from creditgym.benchmarks.common import describe_precision
 from creditgym.benchmarks.perf.timing import machine_state
 from creditgym.benchmarks.run import parse_config
@@ -135,4 +136,4 @@ def main(args: BenchArgs) -> None:
 
 
 if __name__ == "__main__":
-    main(tyro.cli(BenchArgs))
+    sys.exit(run_script(main, BenchArgs, "perf.bench_alfworld_hindsight"))

@@ -15,6 +15,7 @@ Usage: python -m benchmarks.perf.bench_alfworld_policies [--data-dir DIR] [--gam
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,11 +23,11 @@ from typing import Any
 
 import gymnasium as gym
 import torch
-import tyro
 
 from creditgym import envs
 from creditgym.agents.base import Agent, ExpertAgent, RandomAgent
 from creditgym.agents.episode import play_episode
+from creditgym.benchmarks.cli import run_script
 from creditgym.benchmarks.perf.timing import Stopwatch, machine_state
 
 ENV_ID = "creditgym/ALFWorld-v0"
@@ -116,4 +117,4 @@ def main(args: BenchArgs) -> None:
 
 
 if __name__ == "__main__":
-    main(tyro.cli(BenchArgs))
+    sys.exit(run_script(main, BenchArgs, "perf.bench_alfworld_policies"))

@@ -26,19 +26,20 @@ All figures come from one run and are printed; ratios use times measured in that
 from __future__ import annotations
 
 import dataclasses
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import gymnasium as gym
 import numpy as np
 import torch
-import tyro
 
 from creditgym.agents.base import AgentInput
 from creditgym.agents.generation_cache import GenerationCache
 from creditgym.agents.llm import LLMAgent
 from creditgym.agents.models import LoadedModel, ModelUnavailableError, load_model
 from creditgym.agents.trajectory import Trajectory
+from creditgym.benchmarks.cli import run_script
 from creditgym.benchmarks.perf.timing import machine_state, timed
 from creditgym.credit.hcapo import outcome_hindsight
 from creditgym.credit.hp_rlvr import future_hindsight
@@ -281,4 +282,4 @@ def main(args: BenchArgs) -> None:
 
 
 if __name__ == "__main__":
-    main(tyro.cli(BenchArgs))
+    sys.exit(run_script(main, BenchArgs, "perf.bench_credit"))

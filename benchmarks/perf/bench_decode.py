@@ -19,15 +19,16 @@ depend on their values). For each batch size B it prints
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 
 import torch
-import tyro
 from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile
 
 from creditgym.agents.kv_cache import cache_keyword, growing_cache
 from creditgym.agents.models import ModelUnavailableError, load_model
+from creditgym.benchmarks.cli import run_script
 from creditgym.benchmarks.perf.timing import Stopwatch, machine_state
 
 MATMUL_OPS = {"aten::mm", "aten::addmm", "aten::bmm"}
@@ -150,4 +151,4 @@ def main(args: BenchArgs) -> None:
 
 
 if __name__ == "__main__":
-    main(tyro.cli(BenchArgs))
+    sys.exit(run_script(main, BenchArgs, "perf.bench_decode"))

@@ -12,16 +12,17 @@ seconds are steadier when other jobs share the machine.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 
 import gymnasium as gym
 import torch
-import tyro
 
 from creditgym import envs  # noqa: F401  (registers the creditgym ids)
 from creditgym.agents.constrained import action_token_sequences
 from creditgym.agents.llm import LLMAgent
 from creditgym.agents.models import load_model
+from creditgym.benchmarks.cli import run_script
 from creditgym.benchmarks.perf.timing import machine_state, timed
 from creditgym.credit.policy_evaluation import evaluate_policy, reachable_states
 from creditgym.measure.ground_truth import llm_policy_table, state_prompt_ids
@@ -75,4 +76,4 @@ def main(args: BenchArgs) -> None:
 
 
 if __name__ == "__main__":
-    main(tyro.cli(BenchArgs))
+    sys.exit(run_script(main, BenchArgs, "perf.bench_ground_truth"))

@@ -12,13 +12,14 @@ share the machine) and per wall-clock second.
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
 from typing import Any
 
 import gymnasium
-import tyro
 
 from creditgym import envs  # noqa: F401  (registers the creditgym/ ids)
+from creditgym.benchmarks.cli import run_script
 from creditgym.benchmarks.perf.timing import machine_state, random_play_rates
 
 TARGET_STEPS_PER_SECOND = 10_000
@@ -80,4 +81,4 @@ def main(args: BenchArgs) -> None:
 
 
 if __name__ == "__main__":
-    main(tyro.cli(BenchArgs))
+    sys.exit(run_script(main, BenchArgs, "perf.bench_instruments"))

@@ -13,13 +13,14 @@ features, so the choice can be checked on any machine:
 
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import dataclass
 
 import torch
-import tyro
 
 from creditgym.agents.precision import cpu_features, native_bfloat16
+from creditgym.benchmarks.cli import run_script
 from creditgym.benchmarks.perf.timing import machine_state
 
 
@@ -67,4 +68,4 @@ def main(args: BenchArgs) -> None:
 
 
 if __name__ == "__main__":
-    main(tyro.cli(BenchArgs))
+    sys.exit(run_script(main, BenchArgs, "perf.bench_matmul"))

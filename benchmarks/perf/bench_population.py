@@ -33,10 +33,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-import tyro
 
 from creditgym.agents.precision import cpu_features
 from creditgym.benchmarks import common, records
+from creditgym.benchmarks.cli import run_script
 from creditgym.benchmarks.perf.timing import machine_state
 from creditgym.benchmarks.run import parse_config, starting_policy
 from creditgym.benchmarks.run_train import build_trainer
@@ -238,4 +238,4 @@ def main(args: BenchArgs) -> None:
 
 
 if __name__ == "__main__":
-    main(tyro.cli(BenchArgs))
+    sys.exit(run_script(main, BenchArgs, "perf.bench_population"))

@@ -35,15 +35,16 @@ from __future__ import annotations
 
 import multiprocessing
 import resource
+import sys
 import tempfile
 from dataclasses import dataclass
 from typing import Literal
 
 import torch
-import tyro
 
 from creditgym.agents.models import load_model
 from creditgym.agents.precision import cpu_features, native_bfloat16, use_bfloat16_matmuls
+from creditgym.benchmarks.cli import run_script
 from creditgym.benchmarks.perf.timing import machine_state, rss_mb
 from creditgym.credit.grpo import GRPO
 from creditgym.trainers.policy_gradient import (
@@ -201,4 +202,4 @@ def main(config: BenchArgs) -> None:
 
 
 if __name__ == "__main__":
-    main(tyro.cli(BenchArgs))
+    sys.exit(run_script(main, BenchArgs, "perf.bench_pretrained_iteration"))

@@ -30,19 +30,20 @@ in training. Target: both ratios within 10 % of 1.
 from __future__ import annotations
 
 import logging
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import ray
-import tyro
 
 from creditgym.agents.base import Agent, ExpertAgent
 from creditgym.agents.llm import LLMAgent
 from creditgym.agents.models import ModelUnavailableError, load_model
 from creditgym.agents.rollout import close_workers, collect
 from creditgym.benchmarks import sweep
+from creditgym.benchmarks.cli import run_script
 from creditgym.benchmarks.perf.timing import Stopwatch, machine_state
 from creditgym.envs import SHORT_NAMES
 
@@ -198,4 +199,4 @@ def time_sweeps(args: BenchArgs) -> None:
 
 
 if __name__ == "__main__":
-    main(tyro.cli(BenchArgs))
+    sys.exit(run_script(main, BenchArgs, "perf.bench_ray"))

@@ -21,16 +21,17 @@ response) against the continuous batch `collect` uses for LLM agents
 from __future__ import annotations
 
 import logging
+import sys
 from dataclasses import dataclass
 from typing import Literal
 
 import torch
-import tyro
 
 from creditgym.agents.base import AgentAction, AgentInput, ExpertAgent
 from creditgym.agents.llm import LLMAgent
 from creditgym.agents.models import ModelUnavailableError, load_model
 from creditgym.agents.rollout import collect
+from creditgym.benchmarks.cli import run_script
 from creditgym.benchmarks.perf.timing import machine_state
 from creditgym.envs import SHORT_NAMES
 
@@ -133,4 +134,4 @@ def main(args: BenchArgs) -> None:
 
 
 if __name__ == "__main__":
-    main(tyro.cli(BenchArgs))
+    sys.exit(run_script(main, BenchArgs, "perf.bench_rollout"))

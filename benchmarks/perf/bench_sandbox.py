@@ -31,11 +31,11 @@ from __future__ import annotations
 
 import statistics
 import subprocess
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import tyro
-
+from creditgym.benchmarks.cli import run_script
 from creditgym.benchmarks.perf.timing import machine_state, timed
 from creditgym.envs.code.actions import assemble_program
 from creditgym.envs.code.runner import CodeRunner
@@ -143,4 +143,4 @@ def main(args: BenchArgs) -> None:
 
 
 if __name__ == "__main__":
-    main(tyro.cli(BenchArgs))
+    sys.exit(run_script(main, BenchArgs, "perf.bench_sandbox"))

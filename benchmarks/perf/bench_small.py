@@ -18,15 +18,16 @@ and is reported apart; the table gives each later iteration's phases and the mea
 
 from __future__ import annotations
 
+import sys
 import tempfile
 from dataclasses import dataclass
 
 import numpy as np
 import torch
-import tyro
 
 from creditgym.agents.models import SmallConfig, build_small, load_model
 from creditgym.agents.rollout import EnvWorkers, close_workers, resolve_env_workers
+from creditgym.benchmarks.cli import run_script
 from creditgym.benchmarks.perf.timing import Stopwatch, machine_state
 from creditgym.credit.grpo import GRPO
 from creditgym.trainers.policy_gradient import (
@@ -153,4 +154,4 @@ def main(config: BenchArgs) -> None:
 
 
 if __name__ == "__main__":
-    main(tyro.cli(BenchArgs))
+    sys.exit(run_script(main, BenchArgs, "perf.bench_small"))

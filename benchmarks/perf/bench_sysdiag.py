@@ -14,14 +14,14 @@ docs/environments.md).
 from __future__ import annotations
 
 import os
+import sys
 import time
 import timeit
 from dataclasses import dataclass
 
-import tyro
-
 from creditgym.agents.base import Agent, ExpertAgent, RandomAgent
 from creditgym.agents.episode import play_episode
+from creditgym.benchmarks.cli import run_script
 from creditgym.benchmarks.perf.timing import machine_state, random_play_rates
 from creditgym.envs.sysdiag.env import SysDiagEnv
 
@@ -81,4 +81,4 @@ def main(args: BenchArgs) -> None:
 
 
 if __name__ == "__main__":
-    main(tyro.cli(BenchArgs))
+    sys.exit(run_script(main, BenchArgs, "perf.bench_sysdiag"))

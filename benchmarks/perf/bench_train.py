@@ -15,15 +15,16 @@ all iterations and the last iteration separately.
 
 from __future__ import annotations
 
+import sys
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 import torch
-import tyro
 
 from creditgym.agents.models import load_model
+from creditgym.benchmarks.cli import run_script
 from creditgym.benchmarks.perf.timing import machine_state, timed
 from creditgym.credit.base import CreditContext, CreditModule, build
 from creditgym.credit.grpo import GRPO
@@ -126,4 +127,4 @@ def main(config: BenchArgs) -> None:
 
 
 if __name__ == "__main__":
-    main(tyro.cli(BenchArgs))
+    sys.exit(run_script(main, BenchArgs, "perf.bench_train"))

@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import multiprocessing
 import resource
+import sys
 import tempfile
 from dataclasses import dataclass
 
 import torch
-import tyro
 
 from creditgym.agents.models import load_model
+from creditgym.benchmarks.cli import run_script
 from creditgym.benchmarks.perf.timing import machine_state, rss_mb
 from creditgym.credit.rule_based import RuleBased
 from creditgym.trainers.policy_gradient import (
@@ -122,4 +123,4 @@ def main(config: BenchArgs) -> None:
 
 
 if __name__ == "__main__":
-    main(tyro.cli(BenchArgs))
+    sys.exit(run_script(main, BenchArgs, "perf.bench_update_memory"))
