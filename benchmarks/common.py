@@ -152,8 +152,8 @@ def run_scoring_command(
     """The body of a scoring entry point's `main` (`credit_truth`, `decomposition`,
     `hindsight_ablation`): parse `argv` (the command line if None) into `args_type`
     (`parse_arguments`: a bad flag is one line, exit status 2), use as many torch threads
-    as OMP_NUM_THREADS says (1 if unset), call `run(args, argv)`; the argv goes along so the outputs can record
-    their command."""
+    as OMP_NUM_THREADS says (1 if unset), call `run(args, argv)`; the argv goes along so
+    the outputs can record their command."""
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_arguments(args_type, argv, prog_of(module), description=doc.split("\n")[0])
     torch.set_num_threads(max(1, int(os.environ.get("OMP_NUM_THREADS", "1"))))
