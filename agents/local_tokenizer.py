@@ -27,7 +27,7 @@ and tests/test_small_model.py checks that the current corpus trains to the commi
 bytes. When the corpus changes (an env in it bumps its `-vN`, an env joins it), bump
 `TOKENIZER_VERSION`, rebuild, and set `TOKENIZER_SHA256` and `CORPUS_KEY` to what it prints:
 
-    python -m agents.local_tokenizer   # writes small_tokenizer_v<N>.json
+    python -m creditgym.agents.local_tokenizer  # writes small_tokenizer_v<N>.json
 
 A new vocabulary means `small`'s runs start afresh (a run under the old one is refused)
 and `small-warm`'s cache is rebuilt (its key holds the fingerprint).
@@ -187,6 +187,7 @@ def rebuild(path: Path = TOKENIZER_FILE) -> str:
 
 
 if __name__ == "__main__":
-    # `python -m agents.local_tokenizer [PATH]`: the rebuild the module docstring describes.
+    # `python -m creditgym.agents.local_tokenizer [PATH]`: the rebuild the module docstring
+    # describes.
     target = Path(sys.argv[1]) if len(sys.argv) > 1 else TOKENIZER_FILE
     print(f"{target}: sha256 {rebuild(target)}, corpus key {corpus_key()}")

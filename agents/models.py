@@ -136,8 +136,8 @@ def build_tiny(seed: int = 0, hidden_size: int = 64, num_layers: int = 2) -> Loa
 class SmallConfig:
     """Size of `small` (Llama architecture: RMSNorm, rotary positions, SwiGLU MLP).
 
-    Chosen with `python -m benchmarks.perf.bench_small` so that one policy-gradient iteration
-    of 32 KeyDoor rollouts at delay 8 stays within 2 s on the 2-core CPU
+    Chosen with `python -m creditgym.benchmarks.perf.bench_small` so that one policy-gradient
+    iteration of 32 KeyDoor rollouts at delay 8 stays within 2 s on the 2-core CPU
     (docs/small_model.md has the measured sizes and times).
     """
 

@@ -1,8 +1,8 @@
-"""A user's credit module against grpo with the study's verdicts: `python -m benchmarks.compare`.
+"""A user's credit module against grpo with the study's verdicts: `creditgym compare`.
 
-    python -m benchmarks.compare --credit my_module:MyCredit --dry-run   # the cost only
-    python -m benchmarks.compare --credit my_module:MyCredit              # run, then verdicts
-    python -m benchmarks.compare --credit discounted --credit-options gamma=0.5 --seeds 0 1 2
+    creditgym compare --credit my_module:MyCredit --dry-run              # the cost only
+    creditgym compare --credit my_module:MyCredit                         # run, then verdicts
+    creditgym compare --credit discounted --credit-options gamma=0.5 --seeds 0 1 2
 
 Runs the module on every `grpo` cell of the plan's sweep file (default the decisive
 study's, benchmarks/configs/study_decisive.toml) at the planned seeds, in the run folders a
@@ -42,7 +42,7 @@ class CompareConfig:
     credit: str
     """The module: a registered name or `package.module:Class` (imported by path)."""
     credit_options: tuple[str, ...] = ()
-    """Its options, `name=value` each (as `benchmarks.run --credit-options`)."""
+    """Its options, `name=value` each (as `creditgym run --credit-options`)."""
     config: Path = PLAN
     """The plan's sweep file: its grpo rows are the cells, with their seeds."""
     out: Path = RunConfig.out
@@ -54,7 +54,7 @@ class CompareConfig:
     seeds: tuple[int, ...] = ()
     """Seeds to run instead of the plan's (a departure: the verdicts become exploratory)."""
     population: int = 8
-    """Most seeds of one configuration trained together (`benchmarks.sweep --population`)."""
+    """Most seeds of one configuration trained together (`creditgym sweep --population`)."""
     shard: str = "0/1"
     """`i/n`: do only the populations at positions i, i + n, ... of those to run (two
     processes on two cores); the verdicts are printed by a process that finds every run
@@ -71,7 +71,7 @@ def baseline_folders(args: CompareConfig, plan_out: Path) -> list[Path]:
 
 @exit_on_usage_error
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of `python -m benchmarks.compare`."""
+    """Entry point of `creditgym compare`."""
     args = parse_arguments(CompareConfig, argv, prog_of("compare"))
     if args.credit in (comparison.BASELINE, NO_CREDIT):
         raise UsageError(f"--credit {args.credit}: compare a module other than the baseline")

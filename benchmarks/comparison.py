@@ -1,5 +1,5 @@
 """A user's credit module against `grpo` on a study's planned cells, with the study's
-verdicts: the library of `python -m benchmarks.compare` (docs/extending.md).
+verdicts: the library of `creditgym compare` (docs/extending.md).
 
 The plan's cells are the `grpo` rows of a sweep file (default the decisive study's,
 benchmarks/configs/study_decisive.toml, whose seeds are docs/study_plan.md's): each

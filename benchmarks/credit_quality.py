@@ -1,6 +1,6 @@
-"""Key-step credit quality of every credit module: `python -m benchmarks.credit_quality`.
+"""Key-step credit quality of every credit module: `creditgym credit-quality`.
 
-    python -m benchmarks.credit_quality --env sysdiag --credit all --model smollm2-135m
+    creditgym credit-quality --env sysdiag --credit all --model smollm2-135m
 
 Scripted trajectories (expert, noisy experts, random; `measure.key_steps.collect`) scored by
 each module, then the per-trajectory AUROC and P@k of its credit against the env's
@@ -70,7 +70,7 @@ def format_table(name: str, rows: dict[str, QualityRow]) -> str:
 
 @exit_on_usage_error
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of `python -m benchmarks.credit_quality`."""
+    """Entry point of `creditgym credit-quality`."""
     args = validate(parse_arguments(EvaluateArgs, argv, prog_of("credit_quality")))
     names = module_names(args.credit)
     torch.set_num_threads(1)

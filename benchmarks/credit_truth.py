@@ -1,7 +1,7 @@
-"""Score every credit module against exact ground truth: `python -m benchmarks.credit_truth`.
+"""Score every credit module against exact ground truth: `creditgym credit-truth`.
 
-    python -m benchmarks.credit_truth --env keydoor --credit all --model smollm2-135m
-    python -m benchmarks.credit_truth --env umbrella --sweep-kwarg length --sweep 2 4 8 \\
+    creditgym credit-truth --env keydoor --credit all --model smollm2-135m
+    creditgym credit-truth --env umbrella --sweep-kwarg length --sweep 2 4 8 \\
         --model uniform --noise independent
 
 For each value of the swept env option (KeyDoor's `delay`, Umbrella's `length`), the
@@ -79,7 +79,7 @@ class CreditTruthArgs:
     """Values of the swept option."""
     env_kwargs: tuple[str, ...] = ()
     """Further env options as key=value (values read as JSON, else as text, as
-    `benchmarks.run`'s --env-options), e.g. variance=high."""
+    `creditgym run`'s --env-options), e.g. variance=high."""
     tasks: int = 2
     """Distinct tasks (each needs its own ground truth); groups cycle through them."""
     pool: int = 256
@@ -267,7 +267,7 @@ def write_outputs(
         writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
-    command = "python -m benchmarks.credit_truth " + shlex.join(argv)
+    command = "creditgym credit-truth " + shlex.join(argv)
     title = f"{env_id}, {args.model}, noise {args.noise}, G={args.group_size}, pool {args.pool}"
     stem.with_suffix(".md").write_text(
         f"# Credit against exact ground truth: {title}\n\nProduced by `{command}`.\n\n{table}\n",
@@ -281,7 +281,11 @@ def write_outputs(
 # Options that change neither a row's numbers nor which rows a value has: a finished
 # value may be kept when only these differ from the run that wrote it.
 RESUME_FREE = ("sweep", "credit", "out", "name", "fresh")
-COMMAND = re.compile(r"^Produced by `python -m benchmarks\.credit_truth ?(.*)`\.$", re.M)
+# The command a report records: `creditgym credit-truth ...`, or in reports written before
+# it was so named, `python -m benchmarks.credit_truth ...`.
+COMMAND = re.compile(
+    r"^Produced by `(?:creditgym credit-truth|python -m benchmarks\.credit_truth) ?(.*)`\.$", re.M
+)
 
 
 def finished_rows(
@@ -371,7 +375,7 @@ def run(args: CreditTruthArgs, argv: Sequence[str]) -> Path:
 
 @exit_on_usage_error
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of `python -m benchmarks.credit_truth`."""
+    """Entry point of `creditgym credit-truth`."""
     return common.run_scoring_command(CreditTruthArgs, "credit_truth", __doc__, run, argv)
 
 

@@ -1,7 +1,7 @@
-"""Formula or model: `python -m benchmarks.decomposition`.
+"""Formula or model: `creditgym decomposition`.
 
-    python -m benchmarks.decomposition            # every setting, both models
-    python -m benchmarks.decomposition --settings keydoor:delay=4 --models small-warm
+    creditgym decomposition                       # every setting, both models
+    creditgym decomposition --settings keydoor:delay=4 --models small-warm
 
 HCAPO, its seed variant and HP-RLVR turn the policy's own hindsight, p(a | s, outcome),
 into credit. Their error against the exact advantage A(s, a) has two causes: the formula
@@ -432,7 +432,7 @@ def run(args: DecompositionArgs, argv: Sequence[str]) -> Path:
         raise UsageError(f"--out {args.out} cannot be written: {error}") from error
     path = args.out / CELLS_FILE
     command = " ".join(
-        ["python -m benchmarks.decomposition", *([shlex.join(argv)] if argv else [])]
+        ["creditgym decomposition", *([shlex.join(argv)] if argv else [])]
     )
     with lock.hold(lock.output_lock(args.out / STEM), str(path)):
         if args.fresh and path.exists():
@@ -481,7 +481,7 @@ def ordered(
 
 @exit_on_usage_error
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of `python -m benchmarks.decomposition`."""
+    """Entry point of `creditgym decomposition`."""
     return common.run_scoring_command(DecompositionArgs, "decomposition", __doc__, run, argv)
 
 

@@ -1,4 +1,4 @@
-"""Write or check the lock files in locks/: `python -m benchmarks.dependency_locks`.
+"""Write or check the lock files in locks/: `python -m creditgym.benchmarks.dependency_locks`.
 
 pyproject.toml holds ranges; each lock is one exact resolution of them for CPython 3.11 on
 x86-64 Linux (locks/README.md says why uv and what each set is for):
@@ -119,7 +119,7 @@ def compile_lock(lock: Lock, uv: str) -> str:
     header = [
         f"# creditgym lock {lock.name}: the core dependencies and extras [{extras}],",
         "# resolved by uv for CPython 3.11 on x86-64 Linux. Written by `make lock`",
-        "# (python -m benchmarks.dependency_locks); do not edit by hand.",
+        "# (python -m creditgym.benchmarks.dependency_locks); do not edit by hand.",
         f"{DIGEST_PREFIX}{dependency_digest()}",
     ]
     return "\n".join(header) + "\n" + body

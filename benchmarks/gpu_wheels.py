@@ -1,4 +1,4 @@
-"""Prepare the GPU check's wheels where a package registry is: `python -m benchmarks.gpu_wheels`.
+"""Prepare the GPU check's wheels, with a registry: `python -m creditgym.benchmarks.gpu_wheels`.
 
 A GPU machine without a registry (Python 3.12, a CUDA build of torch already there) gets
 what `benchmarks.gpu_check` installs as files carried with the working tree. This script
@@ -21,8 +21,8 @@ each small enough to travel beside the working tree in one call. Calls made one 
 another on one warm machine keep the parts carried before (git-ignored paths stay), and
 `benchmarks.gpu_check` joins and checks them (`unpack_bundle`).
 
-    python -m benchmarks.gpu_wheels                 # wheels/py312/ and wheels/part-*/
-    python -m benchmarks.gpu_wheels --carry-mib 64
+    python -m creditgym.benchmarks.gpu_wheels       # wheels/py312/ and wheels/part-*/
+    python -m creditgym.benchmarks.gpu_wheels --carry-mib 64
 """
 
 from __future__ import annotations
@@ -237,7 +237,9 @@ def unpack_bundle(wheels_dir: Path = WHEELS_DIR) -> str:
     if not manifests:
         if target.is_dir():
             return f"{target} already there"
-        raise FileNotFoundError(f"no {wheels_dir}/part-*/ (run python -m benchmarks.gpu_wheels)")
+        raise FileNotFoundError(
+            f"no {wheels_dir}/part-*/ (run python -m creditgym.benchmarks.gpu_wheels)"
+        )
     manifest = json.loads(manifests[0].read_text())
     chunks = [
         wheels_dir / f"part-{index}" / f"{BUNDLE_CHUNK}{index}"

@@ -1,7 +1,7 @@
 """Every open choice of hindsight credit, scored on one fixed set of trajectories.
 
-    python -m benchmarks.hindsight_ablation --env sysdiag --model smollm2-135m --episodes 32
-    python -m benchmarks.hindsight_ablation --env keydoor --env-kwargs delay=2 --pool 64
+    creditgym hindsight-ablation --env sysdiag --model smollm2-135m --episodes 32
+    creditgym hindsight-ablation --env keydoor --env-kwargs delay=2 --pool 64
 
 HCAPO (arXiv 2603.08754) and HP-RLVR (Chen et al. 2026) leave choices open
 (docs/hindsight_ablation.md): what the hindsight block shows and where it sits, HCAPO's
@@ -333,7 +333,7 @@ def write_outputs(
         writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
-    command = "python -m benchmarks.hindsight_ablation " + shlex.join(argv)
+    command = "creditgym hindsight-ablation " + shlex.join(argv)
     notes = [
         f"# Hindsight-credit ablation: {env_id}, {args.model}",
         "",
@@ -372,7 +372,7 @@ def run(args: AblationArgs, argv: Sequence[str]) -> Path:
 
 @exit_on_usage_error
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of `python -m benchmarks.hindsight_ablation`."""
+    """Entry point of `creditgym hindsight-ablation`."""
     return common.run_scoring_command(AblationArgs, "hindsight_ablation", __doc__, run, argv)
 
 

@@ -1,4 +1,4 @@
-"""Leaderboard from run folders: `python -m benchmarks.leaderboard [--runs FOLDER]`.
+"""Leaderboard from run folders: `creditgym leaderboard [--runs FOLDER]`.
 
 Reads only the run folders under `--runs` (config.json, episodes.jsonl, metrics.jsonl,
 training.json; default `results/runs/`, the committed reference set) and writes
@@ -628,7 +628,7 @@ def write_leaderboard(runs_root: Path, out: Path) -> Table:
 
 @exit_on_usage_error
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of `python -m benchmarks.leaderboard`."""
+    """Entry point of `creditgym leaderboard`."""
     config = parse_arguments(LeaderboardConfig, argv, prog_of("leaderboard"))
     out = config.runs.parent if config.out is None else config.out
     table = write_leaderboard(config.runs, out)

@@ -1,10 +1,10 @@
-"""Train one (env, credit, model) configuration and evaluate it: `python -m benchmarks.run`.
+"""Train one (env, credit, model) configuration and evaluate it: `creditgym run`.
 
-    python -m benchmarks.run                                   # defaults, < 15 min on 2 CPU cores
-    python -m benchmarks.run --env alfworld --credit hp_rlvr   # one method on ALFWorld
-    python -m benchmarks.run --model expert --credit none      # scripted baseline, eval only
-    python -m benchmarks.run --preset paper --device cuda      # the papers' settings
-    python -m benchmarks.run --preset demo --population 8      # seeds 0-7 in one process
+    creditgym run                                              # defaults, < 15 min on 2 CPU cores
+    creditgym run --env alfworld --credit hp_rlvr              # one method on ALFWorld
+    creditgym run --model expert --credit none                 # scripted baseline, eval only
+    creditgym run --preset paper --device cuda                 # the papers' settings
+    creditgym run --preset demo --population 8                 # seeds 0-7 in one process
 
 Each run writes `results/local/runs/<run-name>/` (layout in `benchmarks/records.py`); the run
 name is derived from the configuration, so the same command finds the same folder and
@@ -112,9 +112,9 @@ def parse_config(argv: Sequence[str] | None = None) -> RunConfig:
 
 
 def command_line(cfg: RunConfig) -> str:
-    """The `python -m benchmarks.run` command that replays `cfg` (options off their
-    defaults only), the same whether the run came from the shell or from a sweep."""
-    words = ["python", "-m", "benchmarks.run"]
+    """The `creditgym run` command that replays `cfg` (options off their defaults only),
+    the same whether the run came from the shell or from a sweep."""
+    words = ["creditgym", "run"]
     for spec in dataclasses.fields(RunConfig):
         value = getattr(cfg, spec.name)
         if value == spec.default:
@@ -378,7 +378,7 @@ def run_in(cfg: RunConfig, env_id: str, run_dir: Path, policy: LoadedModel | Non
 
 @exit_on_usage_error
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of `python -m benchmarks.run`."""
+    """Entry point of `creditgym run`."""
     cfg = parse_config(argv)
     if cfg.population != 1:
         outcomes = run_population(cfg)

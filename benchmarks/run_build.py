@@ -1,4 +1,4 @@
-"""Names turned into objects for `python -m benchmarks.run`: scripted agents, envs, policies
+"""Names turned into objects for `creditgym run`: scripted agents, envs, policies
 and credit modules, through dict registries, each failure one `UsageError` line.
 
 Nothing here reads a `RunConfig`: the callers resolve the run's settings

@@ -1,4 +1,4 @@
-"""The configuration of one run of `python -m benchmarks.run`: `RunConfig` and its presets.
+"""The configuration of one run of `creditgym run`: `RunConfig` and its presets.
 
 Each field is declared once here, with its type, default and a docstring that becomes
 `--help` (`benchmarks/run.py: parse_config`); the run identity

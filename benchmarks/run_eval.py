@@ -1,4 +1,4 @@
-"""Evaluation for `python -m benchmarks.run`: the fixed evaluation episodes of every
+"""Evaluation for `creditgym run`: the fixed evaluation episodes of every
 requested split, played by a scripted agent or an LLM policy and appended one record at a
 time (a killed run resumes with exactly the missing ones), and their summary.
 """

@@ -1,4 +1,4 @@
-"""A population run: `python -m benchmarks.run ... --population K` trains the seeds
+"""A population run: `creditgym run ... --population K` trains the seeds
 seed, seed + 1, ..., seed + K - 1 of one configuration in one process.
 
 The population pays the per-run fixed costs once (imports, the policy's build and

@@ -1,4 +1,4 @@
-"""Training for `python -m benchmarks.run`: the trainers by name with their configs built
+"""Training for `creditgym run`: the trainers by name with their configs built
 from a `RunConfig`, the credit module a run trains with, how training samples the policy,
 and the learning curve's held-out tasks.
 """

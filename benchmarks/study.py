@@ -1,4 +1,4 @@
-"""The reference study's report: `python -m benchmarks.study`.
+"""The reference study's report: `creditgym study`.
 
 Reads the run folders of a study's sweep (`--runs`, default `results/study/runs/` of
 `benchmarks/configs/study.toml`; `--config` names the sweep config in the header) and
@@ -651,7 +651,7 @@ def _p(value: float) -> str:
 
 def provenance(source: Path, out: Path, config: Path | None, calibration: bool = False) -> str:
     """The report's first sentence: the command that built it and where its runs came from."""
-    command = f"python -m benchmarks.study --runs {source} --out {out}"
+    command = f"creditgym study --runs {source} --out {out}"
     if config is not None:
         command += f" --config {config}"
     if calibration:

@@ -1,4 +1,4 @@
-"""Run a grid of configurations: `python -m benchmarks.sweep --config FILE.toml`.
+"""Run a grid of configurations: `creditgym sweep --config FILE.toml`.
 
 The file is small TOML:
 
@@ -120,7 +120,7 @@ class SweepConfig:
     """--executor ray: times a run whose worker died is started again (it resumes); a run
     that raises an error is not retried."""
     population: int = 8
-    """Most seeds of one configuration trained together in one process (`benchmarks.run
+    """Most seeds of one configuration trained together in one process (`creditgym run
     --population`, the same run folders): the runs to do that differ only in consecutive
     seeds are grouped into populations of up to this many, each one local run or one Ray
     task; 1: every run alone."""
@@ -346,7 +346,7 @@ def check_one_precision(configs: Sequence[RunConfig]) -> None:
 
 @exit_on_usage_error
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of `python -m benchmarks.sweep`."""
+    """Entry point of `creditgym sweep`."""
     sweep = parse_arguments(SweepConfig, argv, prog_of("sweep"))
     shard_index, shard_count = parse_shard(sweep.shard)
     configs = load_sweep(sweep.config, sweep.out)[shard_index::shard_count]

@@ -1,6 +1,6 @@
-"""Train a policy on a creditgym env with TRL's GRPOTrainer: `python -m benchmarks.trl_grpo`.
+"""Train a policy on a creditgym env with TRL's GRPOTrainer: `creditgym trl-grpo`.
 
-    python -m benchmarks.trl_grpo --env sysdiag --model smollm2-135m --tasks 32 --max-steps 20
+    creditgym trl-grpo --env sysdiag --model smollm2-135m --tasks 32 --max-steps 20
 
 The TRL side of docs/integrations.md: one dataset row per task seed, TRL's
 `num_generations` rollouts per row, the env's verdict as the reward
@@ -78,7 +78,7 @@ def validate(args: TRLArgs) -> str:
 
 @exit_on_usage_error
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of `python -m benchmarks.trl_grpo`."""
+    """Entry point of `creditgym trl-grpo`."""
     args = parse_arguments(TRLArgs, argv, prog_of("trl_grpo"))
     env_id = validate(args)
     loaded = common.load_policy(args.model)

@@ -181,7 +181,7 @@ def run_command(args: list[str]) -> int:
         hint = f" Did you mean {close[0]}?" if close else ""
         print(f"creditgym: unknown command {command!r}.{hint} {usage()}", file=sys.stderr)
         return USAGE_EXIT_CODE
-    # As `python -m benchmarks.run` does in its __main__ block: tokenizers' thread pool
+    # As `python -m creditgym.benchmarks.run` does in its __main__ block: tokenizers' thread pool
     # would otherwise warn after the rollout workers fork.
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     sys.argv[0] = f"creditgym {command}"  # argparse's prog, for --help and usage lines

@@ -1,7 +1,7 @@
-"""A user's credit module kept outside creditgym, for `python -m benchmarks.compare`
+"""A user's credit module kept outside creditgym, for `creditgym compare`
 (docs/extending.md, "Comparing your module with the study's verdicts").
 
-    python -m benchmarks.compare --credit examples.discounted_credit:DiscountedGroupReturn
+    creditgym compare --credit examples.discounted_credit:DiscountedGroupReturn
 
 Group-relative return, discounted by each step's distance from the end: the step t of a
 trajectory of T steps gets gamma^(T - 1 - t) (R - mean_g R), R its return and mean_g over

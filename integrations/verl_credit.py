@@ -266,7 +266,7 @@ class HPRLVREstimator:
             raise ValueError(
                 "the verl estimator weights tokens by the divergences its worker computes "
                 f"(weights=divergence), got weights={self.options.weights}; the uniform "
-                "control runs in creditgym's own trainer (benchmarks.run)"
+                "control runs in creditgym's own trainer (creditgym run)"
             )
         self.reset()
 

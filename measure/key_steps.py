@@ -19,7 +19,7 @@ Trajectories come from a mix of scripted agents so that there are successes and 
 the expert, noisy experts (a random admissible action with probability `noise`), and a
 random agent, all on the same tasks (one group per task, as GRPO and GiGPO expect).
 
-    python -m benchmarks.credit_quality --env sysdiag --credit all --model tiny --episodes 32
+    creditgym credit-quality --env sysdiag --credit all --model tiny --episodes 32
 
 (the command line lives in `benchmarks/credit_quality.py`, with the other entry points).
 """

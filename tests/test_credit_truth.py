@@ -411,7 +411,7 @@ def test_credit_truth_command_writes_table_and_plot(tmp_path, capsys):
         ("2", "rule_based"),
     ]
     assert all(float(row["batches@8"]) == 4 and float(row["batches@16"]) == 2 for row in rows)
-    assert "Produced by `python -m benchmarks.credit_truth --env keydoor" in (
+    assert "Produced by `creditgym credit-truth --env keydoor" in (
         (tmp_path / "smoke.md").read_text()
     )
     assert (tmp_path / "smoke.png").read_bytes().startswith(b"\x89PNG")

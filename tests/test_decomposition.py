@@ -95,7 +95,7 @@ def test_decomposition_scores_both_sources_calibrates_and_resumes(tmp_path, caps
     assert calibration["kl_policy"] > 0.005
     assert calibration["kl_model"] == pytest.approx(calibration["kl_policy"], rel=0.2)
     markdown = (tmp_path / "decomposition.md").read_text(encoding="utf-8")
-    assert "Produced by `python -m benchmarks.decomposition --settings keydoor:delay=1" in markdown
+    assert "Produced by `creditgym decomposition --settings keydoor:delay=1" in markdown
     assert "| outcome | keydoor:delay=1 | small | 16 | hcapo |" in markdown
     # The same command again keeps the cell; other numeric options are refused (exit 2).
     capsys.readouterr()

@@ -18,7 +18,7 @@ norm):
   hole is not); 3,362 / 3,396 / 2,096 MB at default / 16 MiB / 4 MiB with transparent
   huge pages for malloc (`GLIBC_TUNABLES=glibc.malloc.hugetlb=1`), update 182 / 187 /
   209 s;
-- 32 rollouts, `python -m benchmarks.perf.bench_pretrained_iteration` (this module on
+- 32 rollouts, `python -m creditgym.benchmarks.perf.bench_pretrained_iteration` (this module on
   the new path, 4 MiB): peak RSS 2,548 MB against 4,080 MB for the old path on the heap,
   where the same new path measured 4,269 MB before this module.
 

@@ -109,7 +109,7 @@ class PolicyGradientConfig(TrainerSettings):
     """Settings of one policy-gradient run: the trainers' shared ones
     (`trainers.core.TrainerSettings`) and its own.
 
-    `python -m benchmarks.run` sets `steps`, `group_size`, `tasks_per_step`,
+    `creditgym run` sets `steps`, `group_size`, `tasks_per_step`,
     `learning_rate`, `seed`, `checkpoint_every` and `resume` from its own options; the other
     fields keep these defaults there and are set from Python (`PolicyGradientTrainer`).
     """

@@ -65,7 +65,7 @@ class SFTConfig(TrainerSettings):
     (`trainers.core.TrainerSettings`, with SFT's own defaults for `num_envs`,
     `learning_rate` and `checkpoint_every`) and its own.
 
-    `python -m benchmarks.run --trainer sft` sets `rounds`, `num_tasks`, `group_size`,
+    `creditgym run --trainer sft` sets `rounds`, `num_tasks`, `group_size`,
     `num_envs`, `learning_rate`, `seed` and `resume` from its own options; the other fields
     keep these defaults there and are set from Python (`CreditFilteredSFTTrainer`).
     """

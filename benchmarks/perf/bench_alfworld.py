@@ -6,7 +6,7 @@ builds it for evaluation (`init_env(batch_size=1)`, no expert wrapper), so its r
 loads and translates the game again; ours translates a game once per process.
 Targets (docs/performance.md): step overhead under 5 %, reset at least 3x faster.
 
-Usage: python -m benchmarks.perf.bench_alfworld [--data-dir DIR] [--rounds 3]
+Usage: python -m creditgym.benchmarks.perf.bench_alfworld [--data-dir DIR] [--rounds 3]
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Hindsight scoring against generation on the users' ALFWorld command, side by side.
 
-`python -m benchmarks.run --env alfworld --credit hp_rlvr` trains smollm2-135m for one
+`creditgym run --env alfworld --credit hp_rlvr` trains smollm2-135m for one
 iteration of 8 single rollouts (about 400 steps: episodes of up to 50), and HP-RLVR
 (Chen et al. 2026) re-scores every step twice by teacher forcing (`credit.scoring`). The
 target (docs/performance.md): hindsight scoring at most 0.5 x the rollout's generation
@@ -16,9 +16,10 @@ run's seeds, the same arithmetic), so only the scoring differs. Prints the proce
 features; per budget, the rollout and credit seconds and their ratio, what the cache
 kept and refused, how many scoring views it served, and the peak RSS after the credit.
 
-    python -m benchmarks.perf.bench_alfworld_hindsight                     # 2 and 8 GiB
-    python -m benchmarks.perf.bench_alfworld_hindsight --budgets-gib 0 2 8
-    python -m benchmarks.perf.bench_alfworld_hindsight --run-args='--env alfworld --credit hcapo'
+    python -m creditgym.benchmarks.perf.bench_alfworld_hindsight           # 2 and 8 GiB
+    python -m creditgym.benchmarks.perf.bench_alfworld_hindsight --budgets-gib 0 2 8
+    python -m creditgym.benchmarks.perf.bench_alfworld_hindsight \\
+        --run-args='--env alfworld --credit hcapo'
 """
 
 from __future__ import annotations
@@ -91,7 +92,7 @@ def measure(run_args: str, budget_gib: float, results: dict) -> None:
 def main(args: BenchArgs) -> None:
     print(machine_state())
     print(f"processor features: {cpu_features()}")
-    print(f"command: python -m benchmarks.run {args.run_args} (first iteration)")
+    print(f"command: creditgym run {args.run_args} (first iteration)")
     # The env's outside data (ALFWorld's generated games on first use), made here as
     # `benchmarks.run` makes it before its env workers start, so that no budget's process
     # times the generation.

@@ -9,7 +9,7 @@ is timed (wall clock and this process's CPU time, one torch thread). Reset (game
 time is printed apart: the first load of a game translates its PDDL (`bench_alfworld`
 times resets against alfworld's own env).
 
-Usage: python -m benchmarks.perf.bench_alfworld_policies [--data-dir DIR] [--games 6]
+Usage: python -m creditgym.benchmarks.perf.bench_alfworld_policies [--data-dir DIR] [--games 6]
     [--rounds 2]
 """
 

@@ -19,8 +19,8 @@ naive loop:
   every position (then JSD at the action positions for HP-RLVR).
 All figures come from one run and are printed; ratios use times measured in that run.
 
-    python -m benchmarks.perf.bench_credit --model smollm2-135m --envs sysdiag,alfworld
-    python -m benchmarks.perf.bench_credit --envs sysdiag --device cuda
+    python -m creditgym.benchmarks.perf.bench_credit --model smollm2-135m --envs sysdiag,alfworld
+    python -m creditgym.benchmarks.perf.bench_credit --envs sysdiag --device cuda
 """
 
 from __future__ import annotations

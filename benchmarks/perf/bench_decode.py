@@ -12,9 +12,9 @@ depend on their values). For each batch size B it prints
   B = 1, compute-bound as B grows) and in attention (reads the whole KV cache of every
   row), from torch.profiler (on a GPU: shares of the step's kernel time).
 
-    python -m benchmarks.perf.bench_decode                       # smollm2-135m, B = 1 4 8 16
-    python -m benchmarks.perf.bench_decode --threads 2 --context 600
-    python -m benchmarks.perf.bench_decode --device cuda
+    python -m creditgym.benchmarks.perf.bench_decode             # smollm2-135m, B = 1 4 8 16
+    python -m creditgym.benchmarks.perf.bench_decode --threads 2 --context 600
+    python -m creditgym.benchmarks.perf.bench_decode --device cuda
 """
 
 from __future__ import annotations

@@ -7,7 +7,8 @@ then the trie renormalisation) and the dynamic programming (V, Q, A, visit count
 exact gradient). Prints states, views, scored tokens, wall-clock and CPU seconds; CPU
 seconds are steadier when other jobs share the machine.
 
-    .venv/bin/python -m benchmarks.perf.bench_ground_truth [--delay 8] [--model smollm2-135m]
+    .venv/bin/python -m creditgym.benchmarks.perf.bench_ground_truth [--delay 8] \\
+        [--model smollm2-135m]
 """
 
 from __future__ import annotations

@@ -6,7 +6,8 @@ env with Gymnasium's wrappers, as rollouts build it) over seeded episodes, and t
 are per CPU-second of this process (what one core delivers, stable when other jobs
 share the machine) and per wall-clock second.
 
-    .venv/bin/python -m benchmarks.perf.bench_instruments [--steps 200000] [--delay 8] [--length 10]
+    .venv/bin/python -m creditgym.benchmarks.perf.bench_instruments [--steps 200000] [--delay 8] \\
+        [--length 10]
 """
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ docs/running.md). This script times one product of smollm2-135m's MLP shape (204
 x 576 by 576 x 1536) in float32 and in bfloat16 and prints GFLOPS with the processor's
 features, so the choice can be checked on any machine:
 
-    python -m benchmarks.perf.bench_matmul
-    python -m benchmarks.perf.bench_matmul --threads 2 --repeats 20
+    python -m creditgym.benchmarks.perf.bench_matmul
+    python -m creditgym.benchmarks.perf.bench_matmul --threads 2 --repeats 20
 """
 
 from __future__ import annotations

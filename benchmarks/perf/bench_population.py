@@ -14,8 +14,8 @@ processor (with the flags that decide bfloat16), each path's seeds per CPU-hour 
 3600 / (wall x cores)) with its speed-up over today's path, and the peak resident memory
 of one of its processes.
 
-    python -m benchmarks.perf.bench_population                     # the full version (hours)
-    python -m benchmarks.perf.bench_population --rows keydoor-grpo --populations 1 8 \\
+    python -m creditgym.benchmarks.perf.bench_population           # the full version (hours)
+    python -m creditgym.benchmarks.perf.bench_population --rows keydoor-grpo --populations 1 8 \\
         --keydoor-steps 4 --eval-episodes 16 --single-seeds 2      # a reduced version
 """
 

@@ -2,7 +2,7 @@
 
 One iteration of `PolicyGradientTrainer` (GRPO, G = 8 over 4 tasks: 32 rollouts) with
 smollm2-135m + LoRA on KeyDoor (delay 4, high variance), the settings of
-`python -m benchmarks.run --env keydoor --env-options delay=4 variance=high --model
+`creditgym run --env keydoor --env-options delay=4 variance=high --model
 smollm2-135m --credit grpo --tasks-per-step 4` (constrained decoding, no history on a
 Markov env), once per path, each path in a fresh process (peak resident memory only
 grows within a process), one after the other in the same run so that both see the same
@@ -27,8 +27,8 @@ peak RSS (at the end of the first rollout and overall, to tell which phase sets 
 gradient norm and clip fraction (0 on the first epoch when the ratio is 1 within the
 clip range), and the new / old ratios.
 
-    python -m benchmarks.perf.bench_pretrained_iteration            # 1 thread
-    python -m benchmarks.perf.bench_pretrained_iteration --threads 2  # on an idle machine
+    python -m creditgym.benchmarks.perf.bench_pretrained_iteration  # 1 thread
+    python -m creditgym.benchmarks.perf.bench_pretrained_iteration --threads 2  # on an idle machine
 """
 
 from __future__ import annotations

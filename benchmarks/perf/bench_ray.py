@@ -20,11 +20,11 @@ nothing, so env traffic is all the time there is: the worst case for any worker
 overhead; `--policy small` (or another model) puts an LLM's generation in the loop, as
 in training. Target: both ratios within 10 % of 1.
 
-    python -m benchmarks.perf.bench_ray                    # 4 runs; 8 and 32 envs
+    python -m creditgym.benchmarks.perf.bench_ray          # 4 runs; 8 and 32 envs
     # runs of a real length (small trained 5 iterations on KeyDoor), one at a time on Ray:
-    python -m benchmarks.perf.bench_ray --sweep-model small --sweep-env keydoor \
+    python -m creditgym.benchmarks.perf.bench_ray --sweep-model small --sweep-env keydoor \
         --sweep-steps 5 --cpus-per-run 2 --num-envs 8 --repeats 1
-    python -m benchmarks.perf.bench_ray --no-sweep --policy small --env keydoor
+    python -m creditgym.benchmarks.perf.bench_ray --no-sweep --policy small --env keydoor
 """
 
 from __future__ import annotations

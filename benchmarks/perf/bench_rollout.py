@@ -12,10 +12,10 @@ tokens and the ratios compare equal work. Target: >= 4x generation at batch 8 on
 response) against the continuous batch `collect` uses for LLM agents
 (`agents.batching`), on the same episodes in the same run.
 
-    python -m benchmarks.perf.bench_rollout            # smollm2-135m, batch sizes 1 4 8 16
-    python -m benchmarks.perf.bench_rollout --model tiny --batch-sizes 1 8
-    python -m benchmarks.perf.bench_rollout --max-steps 6 --schedulers continuous lockstep
-    python -m benchmarks.perf.bench_rollout --device cuda --batch-sizes 1 8
+    python -m creditgym.benchmarks.perf.bench_rollout  # smollm2-135m, batch sizes 1 4 8 16
+    python -m creditgym.benchmarks.perf.bench_rollout --model tiny --batch-sizes 1 8
+    python -m creditgym.benchmarks.perf.bench_rollout --max-steps 6 --schedulers continuous lockstep
+    python -m creditgym.benchmarks.perf.bench_rollout --device cuda --batch-sizes 1 8
 """
 
 from __future__ import annotations

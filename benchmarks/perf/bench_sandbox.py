@@ -24,7 +24,7 @@ benchmark's predecessor and a loop over `run_hidden`: sandbox `pass` 13.72 ms ag
 9.72 ms plain (1.41x); HumanEval/0 graded in 51.7 ms (median of 30); all 164 canonical
 solutions graded in 8.1 s.
 
-    .venv/bin/python -m benchmarks.perf.bench_sandbox [--rounds 100] [--all-tasks]
+    .venv/bin/python -m creditgym.benchmarks.perf.bench_sandbox [--rounds 100] [--all-tasks]
 """
 
 from __future__ import annotations

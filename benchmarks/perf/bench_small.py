@@ -5,11 +5,11 @@ The target (docs/performance.md): one iteration (rollout -> credit -> update) of
 (agents/models.py) and a history-free prompt (KeyDoor is Markov). GRPO at G = 8 over 4
 tasks, constrained decoding, full fine-tuning, the trainer's default micro-batching.
 
-    python -m benchmarks.perf.bench_small                    # small, 4 timed iterations
-    python -m benchmarks.perf.bench_small --model tiny       # the byte-level model, for contrast
-    python -m benchmarks.perf.bench_small --hidden-size 128  # another size of `small`
+    python -m creditgym.benchmarks.perf.bench_small          # small, 4 timed iterations
+    python -m creditgym.benchmarks.perf.bench_small --model tiny  # byte-level model, for contrast
+    python -m creditgym.benchmarks.perf.bench_small --hidden-size 128  # another size of `small`
     # the trainer's defaults before in-process envs and token-budget micro-batches:
-    python -m benchmarks.perf.bench_small --env-workers process --num-envs 8 \
+    python -m creditgym.benchmarks.perf.bench_small --env-workers process --num-envs 8 \
         --micro-batch-trajectories 1 --micro-batch-tokens 1 --activation-checkpointing True
 
 The first iteration pays one-off costs (rollout worker start-up, first-call allocation)

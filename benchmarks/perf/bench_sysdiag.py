@@ -8,7 +8,7 @@ stable when other jobs share the machine) and per wall-clock second. Also prints
 scripted expert's and the random agent's success over seeds 0-199 (the figures in
 docs/environments.md).
 
-    .venv/bin/python -m benchmarks.perf.bench_sysdiag [--steps 200000]
+    .venv/bin/python -m creditgym.benchmarks.perf.bench_sysdiag [--steps 200000]
 """
 
 from __future__ import annotations

@@ -5,8 +5,8 @@ into rollout generation, credit scoring and training; this script measures that 
 `smollm2-135m` with LoRA on SysDiag, at equal rollouts per step (GRPO: `tasks` tasks x 8;
 HP-RLVR: 8 x `tasks` tasks x 1), and prints the ratios GRPO / HP-RLVR per phase.
 
-    python -m benchmarks.perf.bench_train                      # smollm2-135m, 2 iterations each
-    python -m benchmarks.perf.bench_train --model tiny --iterations 1
+    python -m creditgym.benchmarks.perf.bench_train            # smollm2-135m, 2 iterations each
+    python -m creditgym.benchmarks.perf.bench_train --model tiny --iterations 1
 
 Each method gets a freshly loaded model (LoRA is injected in place). The first
 iteration includes one-off costs (worker start-up), so the table reports the mean over

@@ -8,8 +8,8 @@ seconds and the gradient norm. Rule-based credit gives every step a non-zero adv
 so the gradient norms of the two settings must agree: checkpointing recomputes
 activations, it does not change the gradient (`trainers/activation_checkpointing.py`).
 
-    python -m benchmarks.perf.bench_update_memory                 # smollm2-135m, 4 rollouts
-    python -m benchmarks.perf.bench_update_memory --model tiny --group-size 2
+    python -m creditgym.benchmarks.perf.bench_update_memory       # smollm2-135m, 4 rollouts
+    python -m creditgym.benchmarks.perf.bench_update_memory --model tiny --group-size 2
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ object-receptacle-room combinations outside a held-out fifth; valid_unseen
 combinations, so no OOD combination ever occurs in train. Every kept game was solved by
 fast-downward on textworld's engine and its plan replayed to a win.
 
-Usage: python -m envs.alfworld.generate --out DIR --train 3500 --valid-seen 140 \
+Usage: python -m creditgym.envs.alfworld.generate --out DIR --train 3500 --valid-seen 140 \
     --valid-unseen 134 --seed 0 --workers 2
 """
 
@@ -497,4 +497,4 @@ def main(args: GenerateArgs) -> None:
 
 
 if __name__ == "__main__":
-    main(tyro.cli(GenerateArgs))
+    main(tyro.cli(GenerateArgs, prog="python -m creditgym.envs.alfworld.generate"))
