@@ -9,26 +9,33 @@ modules report one-off progress (a model download, a data set built on first use
 
 from __future__ import annotations
 
-import argparse
-import contextlib
 import difflib
-import io
 import logging
 import os
-import re
 import sys
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from typing import TypeVar
 
+from creditgym import cli
 from creditgym.agents.atomic import DamagedFileError
+from creditgym.cli import (  # re-exported: parsing lives beside the console script
+    USAGE_EXIT_CODE,
+    UsageError,
+    argparse_error_line,
+    box_sections,
+    parse_arguments,
+    tyro_error_line,
+)
 
 T = TypeVar("T")
-
-USAGE_EXIT_CODE = 2
-
-
-class UsageError(Exception):
-    """Bad user input; the message is the whole explanation (no traceback shown)."""
+__all__ = [
+    "USAGE_EXIT_CODE",
+    "UsageError",
+    "argparse_error_line",
+    "box_sections",
+    "parse_arguments",
+    "tyro_error_line",
+]
 
 
 def suggest(name: str, candidates: Iterable[str]) -> str:
@@ -45,16 +52,6 @@ def lookup(kind: str, name: str, registry: Mapping[str, T]) -> T:
     raise UsageError(f"unknown {kind} {name!r}; valid: {valid}.{suggest(name, registry)}")
 
 
-# tyro draws a usage error as a box on a terminal, as plain text elsewhere: a title, the
-# message, then sections (the argument's help, "Perhaps you meant", "For full helptext")
-# between rules of these characters.
-BOX_CORNERS = "╭╮╰╯"
-BOX_SIDE = "│"
-RULE_CHARACTERS = frozenset("─-")
-# Lines of a section indented this far past its first are help text under an argument.
-HELP_TEXT_INDENT = 8
-
-
 def prog_of(module: str) -> str:
     """How usage lines name the command of `creditgym.benchmarks.<module>`: as typed through
     the console script (`creditgym run`, which sets argv[0] so), else the module form,
@@ -64,100 +61,6 @@ def prog_of(module: str) -> str:
     if invoked.startswith("creditgym "):
         return invoked
     return f"python -m creditgym.benchmarks.{module}"
-
-
-def parse_arguments(
-    config_type: type[T] | argparse.ArgumentParser,
-    args: Sequence[str] | None,
-    prog: str,
-    **kwargs,
-) -> T | argparse.Namespace:
-    """The one parser of every command line: `tyro.cli(config_type, args=args, prog=prog,
-    **kwargs)`, or for an `argparse.ArgumentParser` its `parse_args(args)` under `prog`;
-    a usage error either way is one `UsageError` line (exit status 2) instead of tyro's
-    5-11-line box or argparse's usage lines; `--help` as the parser prints it. (tyro is
-    imported here, not above: the argparse commands run where only the standard library
-    is, e.g. the GPU check before its install.)"""
-    captured = io.StringIO()
-    try:
-        with contextlib.redirect_stderr(captured):
-            if isinstance(config_type, argparse.ArgumentParser):
-                config_type.prog = prog
-                return config_type.parse_args(args)
-            import tyro
-
-            return tyro.cli(config_type, args=args, prog=prog, **kwargs)
-    except SystemExit as exit:
-        if exit.code in (0, None):
-            sys.stderr.write(captured.getvalue())
-            raise
-        if isinstance(config_type, argparse.ArgumentParser):
-            options = list(config_type._option_string_actions)
-            raise UsageError(argparse_error_line(captured.getvalue(), prog, options)) from None
-        raise UsageError(tyro_error_line(captured.getvalue(), prog)) from None
-
-
-def argparse_error_line(output: str, prog: str, options: Iterable[str] = ()) -> str:
-    """One line from argparse's error output (its usage lines, then `prog: error: ...`):
-    the message, close matches of an unrecognized option among `options`, then where the
-    options are listed."""
-    errors = [line.split(": error: ", 1)[1] for line in output.splitlines() if ": error: " in line]
-    message = (errors[-1].strip() if errors else "bad arguments").rstrip(".")
-    unknown = re.match(r"unrecognized arguments: (.*)", message)
-    close = [
-        match
-        for word in (unknown.group(1).split() if unknown else [])
-        for match in difflib.get_close_matches(word.split("=")[0], list(options), n=2)
-    ]
-    hint = f" Did you mean {', '.join(dict.fromkeys(close))}?" if close else ""
-    return f"{message}.{hint} (`{prog} --help` lists the options)"
-
-
-def indent_of(text: str) -> int:
-    return len(text) - len(text.lstrip())
-
-
-def box_sections(box: str) -> list[list[str]]:
-    """The sections of tyro's error output (either drawing), title left out: each a list
-    of lines, their indentation kept relative to the section's least indented line."""
-    lines = [line.rstrip() for line in box.splitlines() if line.strip()]
-    drawn = bool(lines) and lines[0].lstrip()[:1] in BOX_CORNERS
-    sections: list[list[str]] = [[]]
-    for number, line in enumerate(lines):
-        text = line.strip()
-        if text[:1] in BOX_CORNERS or (not drawn and number == 0):
-            continue  # the title (drawn into the top border, or a line of its own)
-        if drawn and text.startswith(BOX_SIDE):
-            line = text[1:].removesuffix(BOX_SIDE).rstrip()
-        if set(line.strip()) <= RULE_CHARACTERS:
-            if sections[-1]:
-                sections.append([])
-            continue  # a rule: the title's underline, or between sections
-        sections[-1].append(line)
-    relative = []
-    for section in sections:
-        base = min(map(indent_of, section), default=0)
-        relative.append([line[base:] for line in section])
-    return relative
-
-
-def tyro_error_line(box: str, prog: str) -> str:
-    """One line from tyro's error output: its message (arguments named, their help text
-    left out) and any close matches it suggests, then where the options are listed."""
-    sections = box_sections(box)
-    message = " ".join(
-        text.strip() for text in sections[0] if indent_of(text) < HELP_TEXT_INDENT
-    )
-    close = [
-        text.split()[0]
-        for section in sections[1:]
-        if section and section[0].startswith("Perhaps you meant")
-        for text in section[1:]
-        if text.strip().startswith("-") and indent_of(text) < HELP_TEXT_INDENT
-    ]
-    hint = f" Did you mean {', '.join(close)}?" if close else ""
-    message = (message or "bad arguments").rstrip(".")
-    return f"{message}.{hint} (`{prog} --help` lists the options)"
 
 
 INTERRUPTED_EXIT_CODE = 130  # 128 + SIGINT, what shells report for a Ctrl-C'd command
@@ -209,13 +112,7 @@ def exit_on_usage_error(main: Callable[[list[str] | None], int]) -> Callable[...
 
 
 def run_script(main: Callable[[T], object], config_type: type[T], module: str) -> int:
-    """The `__main__` block of a script whose `main` takes its parsed config (the perf
-    scripts): the command line parsed as every command's is (`parse_arguments`, a bad flag
-    one line, exit status 2), then `main(config)` as before, its errors its own."""
-    try:
-        config = parse_arguments(config_type, None, prog_of(module))
-    except UsageError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return USAGE_EXIT_CODE
-    main(config)
-    return 0
+    """The `__main__` block of a perf script, `creditgym.benchmarks.<module>`, whose `main`
+    takes its parsed config (`creditgym.cli.run_script`: a bad flag is one line, exit
+    status 2)."""
+    return cli.run_script(main, config_type, prog_of(module))

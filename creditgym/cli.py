@@ -11,22 +11,29 @@ than a traceback: Ctrl-C (exit status 130; once the command runs, it says what w
 and a package of an optional extra that this install lacks, e.g. torch without
 `pip install 'creditgym[train]'` (exit status 2). The
 same holds for `python -m creditgym.benchmarks.<module>` (`report_start_failures`, which
-`benchmarks/__init__.py` installs for a module run so). This module imports nothing
-beyond the standard library, so it works in the light install.
+`benchmarks/__init__.py` installs for a module run so). Every command parses its command
+line here too (`parse_arguments`: a bad flag is one line, exit status 2), so that envs/
+shares it with benchmarks/. This module imports nothing beyond the standard library
+(tyro only when a config is parsed), so it works in the light install.
 """
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import difflib
 import importlib
 import importlib.metadata
+import io
 import os
 import re
 import signal
 import sys
 import tomllib
 import types
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 # command -> module under creditgym.benchmarks, each with `main(argv) -> int`.
 COMMANDS = {
@@ -109,6 +116,129 @@ def start_failure_line(error: BaseException, command: str) -> tuple[str, int] | 
                 USAGE_EXIT_CODE,
             )
     return None
+
+
+# Command lines: one parser for every command (benchmarks/, envs/alfworld/generate.py).
+
+
+class UsageError(Exception):
+    """Bad user input; the message is the whole explanation (no traceback shown)."""
+
+
+# tyro draws a usage error as a box on a terminal, as plain text elsewhere: a title, the
+# message, then sections (the argument's help, "Perhaps you meant", "For full helptext")
+# between rules of these characters.
+BOX_CORNERS = "╭╮╰╯"
+BOX_SIDE = "│"
+RULE_CHARACTERS = frozenset("─-")
+# Lines of a section indented this far past its first are help text under an argument.
+HELP_TEXT_INDENT = 8
+
+
+def parse_arguments(
+    config_type: Any,
+    args: Sequence[str] | None,
+    prog: str,
+    **kwargs,
+) -> Any:
+    """The one parser of every command line: `tyro.cli(config_type, args=args, prog=prog,
+    **kwargs)`, or for an `argparse.ArgumentParser` its `parse_args(args)` under `prog`;
+    a usage error either way is one `UsageError` line (exit status 2) instead of tyro's
+    5-11-line box or argparse's usage lines; `--help` as the parser prints it. (tyro is
+    imported here, not above: the argparse commands run where only the standard library
+    is, e.g. the GPU check before its install.)"""
+    captured = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(captured):
+            if isinstance(config_type, argparse.ArgumentParser):
+                config_type.prog = prog
+                return config_type.parse_args(args)
+            import tyro
+
+            return tyro.cli(config_type, args=args, prog=prog, **kwargs)
+    except SystemExit as exit:
+        if exit.code in (0, None):
+            sys.stderr.write(captured.getvalue())
+            raise
+        if isinstance(config_type, argparse.ArgumentParser):
+            options = list(config_type._option_string_actions)
+            raise UsageError(argparse_error_line(captured.getvalue(), prog, options)) from None
+        raise UsageError(tyro_error_line(captured.getvalue(), prog)) from None
+
+
+def argparse_error_line(output: str, prog: str, options: Iterable[str] = ()) -> str:
+    """One line from argparse's error output (its usage lines, then `prog: error: ...`):
+    the message, close matches of an unrecognized option among `options`, then where the
+    options are listed."""
+    errors = [line.split(": error: ", 1)[1] for line in output.splitlines() if ": error: " in line]
+    message = (errors[-1].strip() if errors else "bad arguments").rstrip(".")
+    unknown = re.match(r"unrecognized arguments: (.*)", message)
+    close = [
+        match
+        for word in (unknown.group(1).split() if unknown else [])
+        for match in difflib.get_close_matches(word.split("=")[0], list(options), n=2)
+    ]
+    hint = f" Did you mean {', '.join(dict.fromkeys(close))}?" if close else ""
+    return f"{message}.{hint} (`{prog} --help` lists the options)"
+
+
+def indent_of(text: str) -> int:
+    return len(text) - len(text.lstrip())
+
+
+def box_sections(box: str) -> list[list[str]]:
+    """The sections of tyro's error output (either drawing), title left out: each a list
+    of lines, their indentation kept relative to the section's least indented line."""
+    lines = [line.rstrip() for line in box.splitlines() if line.strip()]
+    drawn = bool(lines) and lines[0].lstrip()[:1] in BOX_CORNERS
+    sections: list[list[str]] = [[]]
+    for number, line in enumerate(lines):
+        text = line.strip()
+        if text[:1] in BOX_CORNERS or (not drawn and number == 0):
+            continue  # the title (drawn into the top border, or a line of its own)
+        if drawn and text.startswith(BOX_SIDE):
+            line = text[1:].removesuffix(BOX_SIDE).rstrip()
+        if set(line.strip()) <= RULE_CHARACTERS:
+            if sections[-1]:
+                sections.append([])
+            continue  # a rule: the title's underline, or between sections
+        sections[-1].append(line)
+    relative = []
+    for section in sections:
+        base = min(map(indent_of, section), default=0)
+        relative.append([line[base:] for line in section])
+    return relative
+
+
+def tyro_error_line(box: str, prog: str) -> str:
+    """One line from tyro's error output: its message (arguments named, their help text
+    left out) and any close matches it suggests, then where the options are listed."""
+    sections = box_sections(box)
+    message = " ".join(text.strip() for text in sections[0] if indent_of(text) < HELP_TEXT_INDENT)
+    close = [
+        text.split()[0]
+        for section in sections[1:]
+        if section and section[0].startswith("Perhaps you meant")
+        for text in section[1:]
+        if text.strip().startswith("-") and indent_of(text) < HELP_TEXT_INDENT
+    ]
+    hint = f" Did you mean {', '.join(close)}?" if close else ""
+    message = (message or "bad arguments").rstrip(".")
+    return f"{message}.{hint} (`{prog} --help` lists the options)"
+
+
+def run_script(main: Callable[[Any], object], config_type: type, prog: str) -> int:
+    """The `__main__` block of a script whose `main` takes its parsed config (the perf
+    scripts, `python -m creditgym.envs.alfworld.generate`): the command line parsed as
+    every command's is (`parse_arguments`: a bad flag is one line, exit status 2), then
+    `main(config)`, its errors its own."""
+    try:
+        config = parse_arguments(config_type, None, prog)
+    except UsageError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return USAGE_EXIT_CODE
+    main(config)
+    return 0
 
 
 def interrupted_while_starting(signum: int, frame: types.FrameType | None) -> None:

@@ -122,12 +122,25 @@ def test_an_unknown_model_fails_at_once_without_asking_a_hub(monkeypatch):
     assert time.monotonic() - started < 10
 
 
+# The folders of the installed package (`creditgym.<folder>`, creditgym/ itself).
+PACKAGE_FOLDERS = (
+    "creditgym", "agents", "benchmarks", "credit", "envs", "integrations", "measure", "trainers",
+)  # fmt: skip
+# Modules with a `__main__` block that take no flags of a user's, each with its reason.
+NOT_COMMANDS = {
+    "creditgym/cli.py": "the console script itself, whose commands are tested one by one",
+    "envs/code/sandbox.py": "the code env's fork server, started by the env with its own argv",
+    "agents/local_tokenizer.py": "a maintainer's rebuild whose one argument is the file to write",
+}
 # Every module a user runs, found rather than listed (a new command is covered at once):
-# each file under benchmarks/ with a `__main__` block, the perf scripts included.
+# each module of the package with a `__main__` block (the perf scripts, the ALFWorld game
+# generator), as `<folder>.<module>`: `python -m creditgym.<folder>.<module>` runs it.
 COMMAND_MODULES = sorted(
     ".".join(path.relative_to(REPO).with_suffix("").parts)
-    for path in (REPO / "benchmarks").rglob("*.py")
+    for folder in PACKAGE_FOLDERS
+    for path in (REPO / folder).rglob("*.py")
     if 'if __name__ == "__main__":' in path.read_text()
+    and str(path.relative_to(REPO)) not in NOT_COMMANDS
 )
 BAD_FLAGS = ["--no-such-flag", "1"]
 
@@ -144,6 +157,9 @@ def test_the_commands_found_include_every_console_command_and_the_perf_scripts()
     assert {f"benchmarks.{module}" for module in COMMANDS.values()} <= set(COMMAND_MODULES)
     assert "benchmarks.perf.bench_matmul" in COMMAND_MODULES
     assert "benchmarks.dependency_locks" in COMMAND_MODULES
+    assert "envs.alfworld.generate" in COMMAND_MODULES
+    for file in NOT_COMMANDS:
+        assert 'if __name__ == "__main__":' in (REPO / file).read_text(), file
 
 
 @pytest.mark.filterwarnings("ignore:.*found in sys.modules:RuntimeWarning")  # runpy's re-run
@@ -163,13 +179,12 @@ def test_a_bad_flag_of_every_console_command_is_one_line_and_exit_2(command, mon
     assert_one_usage_line(status, capsys.readouterr().err, f"creditgym {command}")
 
 
-# Where a command line is parsed: `benchmarks.cli.parse_arguments` alone, so that every
-# command refuses a bad flag the same way. Other calls, each with its reason.
+# Where a command line is parsed: `creditgym.cli.parse_arguments` alone (envs/ may import
+# it, not benchmarks/), so that every command refuses a bad flag the same way. Other
+# calls, each with its reason.
 OTHER_PARSERS = {
     # Re-reads the command recorded in a committed report, not a user's flags.
     "benchmarks/credit_truth.py",
-    # envs/ may not import benchmarks/ (tests/test_import_direction.py).
-    "envs/alfworld/generate.py",
 }
 PARSER_CALL = re.compile(r"\btyro\.cli\(|\.parse_args\(")
 
@@ -177,13 +192,13 @@ PARSER_CALL = re.compile(r"\btyro\.cli\(|\.parse_args\(")
 def test_no_command_parses_its_flags_but_through_the_shared_helper():
     sources = [
         path
-        for folder in ("benchmarks", "envs", "agents", "credit", "measure", "trainers")
+        for folder in PACKAGE_FOLDERS
         for path in (REPO / folder).rglob("*.py")
     ]
     callers = {
         str(path.relative_to(REPO))
         for path in sources
-        if PARSER_CALL.search(path.read_text()) and path != REPO / "benchmarks/cli.py"
+        if PARSER_CALL.search(path.read_text()) and path != REPO / "creditgym/cli.py"
     }
     assert callers == OTHER_PARSERS
 
@@ -193,9 +208,6 @@ def test_no_command_parses_its_flags_but_through_the_shared_helper():
 NAMED_COMMAND = re.compile(r"python -m ([A-Za-z_][\w.]*)|(?:^|`)creditgym ([a-z][a-z-]*)")
 # Where messages and usage lines are written: every module of the installed package, found
 # rather than listed (a message added anywhere is checked).
-PACKAGE_FOLDERS = (
-    "creditgym", "agents", "benchmarks", "credit", "envs", "integrations", "measure", "trainers",
-)  # fmt: skip
 MESSAGE_FILES = sorted(
     str(path.relative_to(REPO))
     for folder in PACKAGE_FOLDERS

@@ -35,10 +35,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import alfworld.gen.goal_library as goal_library
-import tyro
 from alfworld.info import ALFRED_PDDL_PATH, ALFRED_TWL2_PATH
 from tqdm import tqdm
 
+from creditgym.cli import run_script
 from creditgym.envs.alfworld import scenes
 from creditgym.envs.alfworld.engine import GAME_FILE, TRAJ_FILE, AlfredEngine, GameFileError
 
@@ -497,4 +497,4 @@ def main(args: GenerateArgs) -> None:
 
 
 if __name__ == "__main__":
-    main(tyro.cli(GenerateArgs, prog="python -m creditgym.envs.alfworld.generate"))
+    sys.exit(run_script(main, GenerateArgs, "python -m creditgym.envs.alfworld.generate"))
