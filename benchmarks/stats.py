@@ -401,9 +401,14 @@ def tost(x: np.ndarray, y: np.ndarray, margin: float) -> float:
     only so, with the margin stated before looking: a difference test that fails to
     reject says nothing about equality. With no spread in either sample the difference is
     known exactly: p is 0 inside the margin, 1 outside."""
+    return _tost_p(*_welch(x, y), margin)
+
+
+def _tost_p(difference: float, se: float, df: float, margin: float) -> float:
+    """The TOST p-value of an estimated difference with its standard error and degrees of
+    freedom: max of P(t > (d + margin) / se) and P(t < (d - margin) / se)."""
     if not margin > 0:
         raise ValueError(f"the equivalence margin must be positive, got {margin}")
-    difference, se, df = _welch(x, y)
     if se == 0:
         return 0.0 if abs(difference) < margin else 1.0
     above_low = scipy.stats.t.sf((difference + margin) / se, df)
@@ -533,11 +538,4 @@ def paired_tost(x: np.ndarray, y: np.ndarray, margin: float) -> float:
     """p-value of two one-sided paired t-tests (Schuirmann 1987) that mean(X - Y) lies
     within (-margin, margin), rows matched by seed: the larger of the p-values of
     H0: d <= -margin and H0: d >= margin on n - 1 degrees of freedom (as `tost`, paired)."""
-    if not margin > 0:
-        raise ValueError(f"the equivalence margin must be positive, got {margin}")
-    difference, se, df = _paired(x, y)
-    if se == 0:
-        return 0.0 if abs(difference) < margin else 1.0
-    above_low = scipy.stats.t.sf((difference + margin) / se, df)
-    below_high = scipy.stats.t.cdf((difference - margin) / se, df)
-    return float(max(above_low, below_high))
+    return _tost_p(*_paired(x, y), margin)
