@@ -10,11 +10,12 @@ modules report one-off progress (a model download, a data set built on first use
 from __future__ import annotations
 
 import difflib
+import functools
 import logging
 import os
 import sys
 from collections.abc import Callable, Iterable, Mapping
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from creditgym import cli
 from creditgym.agents.atomic import DamagedFileError
@@ -77,10 +78,23 @@ def show_library_progress() -> None:
         logging.getLogger(name).setLevel(logging.INFO)
 
 
-def exit_on_usage_error(main: Callable[[list[str] | None], int]) -> Callable[..., int]:
+def exit_on_usage_error(
+    main: Callable[[list[str] | None], int] | None = None, *, resumes: bool = True
+) -> Any:
     """Wrap an entry point so a `UsageError` or a `DamagedFileError` prints one line and
-    exits with status 2; the library's progress messages are shown
-    (`show_library_progress`)."""
+    exits with status 2, and Ctrl-C one line with status 130; the library's progress
+    messages are shown (`show_library_progress`).
+
+    `resumes`: whether running the command again continues where an interrupted one
+    stopped (run folders, append-only tables); the Ctrl-C line says so only then. Use as
+    `@exit_on_usage_error` or `@exit_on_usage_error(resumes=False)`."""
+    if main is None:
+        return functools.partial(exit_on_usage_error, resumes=resumes)
+    interrupted = (
+        "interrupted; finished work is saved: run the same command again to resume"
+        if resumes
+        else "interrupted"
+    )
 
     def wrapped(argv: list[str] | None = None) -> int:
         show_library_progress()
@@ -95,10 +109,7 @@ def exit_on_usage_error(main: Callable[[list[str] | None], int]) -> Callable[...
         except KeyboardInterrupt:
             # Every finished episode and checkpoint is already on disk (fsynced records),
             # so the interrupted command resumes where it stopped; a traceback adds nothing.
-            print(
-                "\ninterrupted; finished work is saved: run the same command again to resume",
-                file=sys.stderr,
-            )
+            print(f"\n{interrupted}", file=sys.stderr)
             return INTERRUPTED_EXIT_CODE
         except BrokenPipeError:
             # The reader went away (`... | head`): stop quietly, as Unix tools do. Python

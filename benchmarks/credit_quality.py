@@ -68,7 +68,7 @@ def format_table(name: str, rows: dict[str, QualityRow]) -> str:
     return f"== {name}\n" + common.markdown_table(columns, cells)
 
 
-@exit_on_usage_error
+@exit_on_usage_error(resumes=False)
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `creditgym credit-quality`."""
     args = validate(parse_arguments(EvaluateArgs, argv, prog_of("credit_quality")))

@@ -125,7 +125,7 @@ def compile_lock(lock: Lock, uv: str) -> str:
     return "\n".join(header) + "\n" + body
 
 
-@exit_on_usage_error
+@exit_on_usage_error(resumes=False)
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(

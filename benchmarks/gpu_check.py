@@ -286,7 +286,7 @@ def check(args: argparse.Namespace, report: TextIO) -> list[Outcome]:
     return outcomes
 
 
-@exit_on_usage_error
+@exit_on_usage_error(resumes=False)
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda", help="torch device (default cuda)")

@@ -269,7 +269,7 @@ def unpack_bundle(wheels_dir: Path = WHEELS_DIR) -> str:
     return f"joined {manifest['parts']} parts: {len(wheels)} wheels, {megabytes:.1f} MiB"
 
 
-@exit_on_usage_error
+@exit_on_usage_error(resumes=False)
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(

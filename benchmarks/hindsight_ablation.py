@@ -370,7 +370,7 @@ def run(args: AblationArgs, argv: Sequence[str]) -> Path:
         return write_outputs(rows, args, env_id, collected, argv, time.perf_counter() - start)
 
 
-@exit_on_usage_error
+@exit_on_usage_error(resumes=False)
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `creditgym hindsight-ablation`."""
     return common.run_scoring_command(AblationArgs, "hindsight_ablation", __doc__, run, argv)

@@ -626,7 +626,7 @@ def write_leaderboard(runs_root: Path, out: Path) -> Table:
     return table
 
 
-@exit_on_usage_error
+@exit_on_usage_error(resumes=False)
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `creditgym leaderboard`."""
     config = parse_arguments(LeaderboardConfig, argv, prog_of("leaderboard"))

@@ -1203,7 +1203,7 @@ def build(args: StudyArgs) -> pd.DataFrame:
     return frame
 
 
-@exit_on_usage_error
+@exit_on_usage_error(resumes=False)
 def main(argv: list[str] | None = None) -> int:
     args = parse_arguments(StudyArgs, argv, prog_of("study"))
     if args.plan:

@@ -76,7 +76,7 @@ def validate(args: TRLArgs) -> str:
     return env_id
 
 
-@exit_on_usage_error
+@exit_on_usage_error(resumes=False)
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `creditgym trl-grpo`."""
     args = parse_arguments(TRLArgs, argv, prog_of("trl_grpo"))

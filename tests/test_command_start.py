@@ -374,3 +374,28 @@ def test_ctrl_c_in_the_first_seconds_prints_one_line(form, after_s, tmp_path):
         "interrupted while starting; nothing was done",
         "interrupted; finished work is saved: run the same command again to resume",
     )
+
+
+@pytest.mark.parametrize(
+    ("resumes", "line"),
+    [
+        (True, "interrupted; finished work is saved: run the same command again to resume"),
+        (False, "interrupted"),
+    ],
+)
+def test_ctrl_c_line_promises_a_resume_only_for_commands_that_resume(capsys, resumes, line):
+    from creditgym.benchmarks.cli import exit_on_usage_error
+
+    @exit_on_usage_error(resumes=resumes)
+    def main(argv: list[str] | None = None) -> int:
+        raise KeyboardInterrupt
+
+    assert main([]) == 130
+    assert capsys.readouterr().err.strip() == line
+
+
+def test_commands_that_write_no_resumable_records_do_not_promise_a_resume():
+    # leaderboard, study and the GPU/lock tools rebuild or check; nothing to resume.
+    for module in ("leaderboard", "study", "dependency_locks", "gpu_check", "gpu_wheels"):
+        source = (REPO / "benchmarks" / f"{module}.py").read_text(encoding="utf-8")
+        assert "@exit_on_usage_error(resumes=False)" in source, module
