@@ -403,17 +403,7 @@ def test_oracle_rows_meet_grpo_only_on_their_channel_as_exploratory_ceilings():
         ("grpo on outcome", "grpo", "outcome", False): [0.9, 1.0, 0.95, 1.0],
         ("hcapo_exact on outcome", "hcapo_exact", "outcome", True): [1.0, 0.95, 1.0, 0.9],
     }
-    fields = ("method", "form", "channel", "oracle")
-    frame = pd.DataFrame(
-        [
-            {"env": "KeyDoor-v0", "task": f"KeyDoor-v0[delay={delay}]"}
-            | dict(zip(fields, row, strict=True))
-            | {"seed": seed, "final_success": value}
-            for delay in (4, 16)
-            for row, values in successes.items()
-            for seed, value in enumerate(values)
-        ]
-    )
+    frame = two_delay_frame(successes)
     ceilings = study.ceiling_pairs(frame, "final_success", reps=200)
     # each oracle against GRPO on its own channel: pooled over the env, then per task
     assert list(zip(ceilings.env, ceilings.x, ceilings.y, strict=True)) == [
@@ -556,17 +546,7 @@ def test_exact_hindsight_rows_meet_each_other_on_their_channel_as_exploratory_pa
         ("hp_rlvr_exact on outcome", "hp_rlvr_exact", "outcome", True): [1.0] * 4,
         ("hca", "hca", "return", True): [0.5] * 4,
     }
-    fields = ("method", "form", "channel", "oracle")
-    frame = pd.DataFrame(
-        [
-            {"env": "KeyDoor-v0", "task": f"KeyDoor-v0[delay={delay}]"}
-            | dict(zip(fields, row, strict=True))
-            | {"seed": seed, "final_success": value}
-            for delay in (4, 16)
-            for row, values in successes.items()
-            for seed, value in enumerate(values)
-        ]
-    )
+    frame = two_delay_frame(successes)
     formulas = study.exact_pairs(frame, "final_success", reps=200)
     # One pair (the outcome row has no partner on its channel; hca is no exact class),
     # pooled over the env, then per task.
@@ -577,3 +557,19 @@ def test_exact_hindsight_rows_meet_each_other_on_their_channel_as_exploratory_pa
     pooled = formulas.iloc[0]
     assert pooled.difference.value == pytest.approx(-0.6)  # 0.25 - 0.85
     assert pooled.verdict == f"exploratory: {TOLERANT} better"
+
+
+def two_delay_frame(successes: dict[tuple[str, str, str, bool], list[float]]) -> pd.DataFrame:
+    """Rows of a KeyDoor study at delays 4 and 16: per (method, form, channel, oracle)
+    its final success per seed, the same at both delays."""
+    fields = ("method", "form", "channel", "oracle")
+    return pd.DataFrame(
+        [
+            {"env": "KeyDoor-v0", "task": f"KeyDoor-v0[delay={delay}]"}
+            | dict(zip(fields, row, strict=True))
+            | {"seed": seed, "final_success": value}
+            for delay in (4, 16)
+            for row, values in successes.items()
+            for seed, value in enumerate(values)
+        ]
+    )
