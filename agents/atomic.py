@@ -32,12 +32,17 @@ SHARED_FOLDER_MODE = 0o755
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     """Write `text` (UTF-8) to `path` through a fsynced temporary file and `os.replace`."""
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    """Write `data` to `path` through a fsynced temporary file and `os.replace`."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
         os.chmod(tmp, SHARED_FILE_MODE)

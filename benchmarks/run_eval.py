@@ -6,6 +6,7 @@ time (a killed run resumes with exactly the missing ones), and their summary.
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -15,6 +16,7 @@ import gymnasium as gym
 from tqdm import tqdm
 
 from creditgym import envs
+from creditgym.agents.atomic import atomic_write_bytes, cut_torn_tail
 from creditgym.agents.episode import play_episode
 from creditgym.agents.llm import LLMAgent
 from creditgym.agents.models import LoadedModel
@@ -52,6 +54,7 @@ def evaluate(
     larger --eval-episodes, still writes what an uninterrupted run writes.
     """
     todo = missing_episodes(cfg, run_dir)
+    drop_unrecorded_trajectories(run_dir)
     method = method_label(cfg)
     batch = 1 if policy is None else cfg.eval_batch_size
     with (
@@ -87,6 +90,29 @@ def evaluate(
             finally:
                 if env is not None:
                     env.close()
+
+
+def drop_unrecorded_trajectories(run_dir: Path) -> None:
+    """Remove the evaluation trajectories of episodes that have no episode record.
+
+    A kill between an episode's trajectory line and its episode record (the record is
+    written second and marks the episode done) leaves the trajectory alone; the episode is
+    played again on resume and its trajectory written again, so keeping the first line
+    would leave eval_trajectories.jsonl unlike an uninterrupted run's. The kept lines are
+    rewritten byte for byte, atomically."""
+    path = run_dir / records.EVAL_TRAJECTORIES_FILE
+    if not path.exists():
+        return
+    cut_torn_tail(path)
+    done = {(r.split, r.index) for r in records.read_episodes(run_dir)}
+    lines = path.read_bytes().splitlines(keepends=True)
+    kept = [line for line in lines if _episode_key(json.loads(line)) in done]
+    if len(kept) < len(lines):
+        atomic_write_bytes(path, b"".join(kept))
+
+
+def _episode_key(trajectory_record: Mapping[str, Any]) -> tuple[str, int]:
+    return trajectory_record["split"], trajectory_record["index"]
 
 
 def missing_episodes(cfg: RunConfig, run_dir: Path) -> list[tuple[EvalSplit, int]]:
