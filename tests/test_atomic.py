@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from creditgym.agents.atomic import atomic_folder, atomic_write_text
+from creditgym.agents.atomic import atomic_folder, atomic_write_bytes, atomic_write_text
 
 
 class Interrupted(Exception):
@@ -29,7 +29,7 @@ def test_a_failed_text_write_keeps_the_old_file_and_leaves_no_temporary(tmp_path
     atomic_write_text(path, "old\n")
 
     with pytest.raises(TypeError):
-        atomic_write_text(path, 12)  # type: ignore[arg-type]  # write() refuses a non-str
+        atomic_write_bytes(path, 12)  # type: ignore[arg-type]  # write() refuses non-bytes
     assert path.read_text() == "old\n"
     assert os.listdir(tmp_path) == ["episodes.txt"]
 
