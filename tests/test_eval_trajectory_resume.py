@@ -1,6 +1,6 @@
 """A kill between an episode's trajectory line and its episode record leaves the trajectory
 alone; the resumed evaluation plays the episode again, so the lone line must go first or
-eval_trajectories.jsonl would differ from an uninterrupted run's (issue 51, item 1)."""
+eval_trajectories.jsonl would differ from an uninterrupted run's."""
 
 from __future__ import annotations
 
