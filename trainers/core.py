@@ -291,8 +291,11 @@ class TrainerCore(abc.ABC):
             REWARD_CHANNELS`), applied to every rollout before the credit module; the
             rollout metrics keep the env's own reward and verdict.
 
-    A subclass calls `__init__`, builds what must see the starting weights, then calls
-    `resume` (which may load trained weights) before training.
+    The nine arguments are listed here only: a subclass adds what it needs in `setup`
+    (called once the policy and optimiser exist and before `resume`, so what it builds
+    sees the starting weights, e.g. a frozen KL reference) and says in
+    `total_optimizer_steps` how many optimiser steps the run takes; `__init__` then calls
+    `resume`, which may load trained weights.
     """
 
     # Rollouts prefill a prompt prefix their steps share once (`agents.batching`); a
@@ -328,6 +331,16 @@ class TrainerCore(abc.ABC):
         self.iteration = 0
         self.optimizer_step = 0
         self.zero_grad_records = 0
+        self.setup()
+        self.resume(self.total_optimizer_steps())
+
+    def setup(self) -> None:  # noqa: B027 - a hook; most trainers need none
+        """What a trainer builds from the starting weights before `resume` (default: nothing)."""
+
+    def total_optimizer_steps(self) -> int | None:
+        """Optimiser steps in the whole run, numbering the per-step metric lines (None: not
+        known ahead, as when a round's step count depends on its rollouts)."""
+        return None
 
     def resume(self, total_optimizer_steps: int | None) -> None:
         """Continue from the newest checkpoint when the config says `resume` (and there is

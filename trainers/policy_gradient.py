@@ -49,12 +49,11 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
-import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 import torch
@@ -62,10 +61,8 @@ from peft import PeftModel
 
 from creditgym.agents.llm import SamplingConfig
 from creditgym.agents.logprobs import action_logprobs
-from creditgym.agents.models import LoadedModel
 from creditgym.agents.progress import LiveBar
-from creditgym.agents.trajectory import TokenBatch, Trajectory, return_channel
-from creditgym.credit.base import CreditModule
+from creditgym.agents.trajectory import TokenBatch, Trajectory
 from creditgym.trainers.activation_checkpointing import (
     RECOMPUTE_ABOVE_BYTES,
     ActivationCost,
@@ -81,7 +78,6 @@ from creditgym.trainers.core import (
     derive_seed,
     to_device,
 )
-from creditgym.trainers.curve import CurveSettings
 from creditgym.trainers.host_memory import large_tensors_mapped
 
 # The trainers' name for the rollout policy's sampling settings, which callers import from
@@ -326,27 +322,19 @@ class PolicyGradientTrainer(TrainerCore):
     Args: as `trainers.core.TrainerCore`, with a `PolicyGradientConfig`.
     """
 
-    def __init__(
-        self,
-        loaded: LoadedModel,
-        credit: CreditModule,
-        env_id: str,
-        env_kwargs: Mapping[str, Any],
-        sampling: SamplingConfig,
-        config: PolicyGradientConfig,
-        run_dir: str | os.PathLike,
-        curve: CurveSettings | None = None,
-        reward_channel: Callable[[Trajectory], Trajectory] = return_channel,
-    ) -> None:
-        super().__init__(
-            loaded, credit, env_id, env_kwargs, sampling, config, run_dir, curve, reward_channel
-        )
+    config: PolicyGradientConfig
+
+    def setup(self) -> None:
+        config = self.config
         self.is_lora = isinstance(self.policy.model, PeftModel)
         self.share_prefix = self.is_lora if config.shared_prefix is None else config.shared_prefix
         # Built before `resume` loads trained weights: the KL reference is the start.
         self.reference = self._frozen_reference() if config.kl_coef > 0 else None
         self._activation_cost: ActivationCost | None = None
-        self.resume(config.steps * config.ppo_epochs * config.num_minibatches)
+
+    def total_optimizer_steps(self) -> int:
+        config = self.config
+        return config.steps * config.ppo_epochs * config.num_minibatches
 
     def _frozen_reference(self) -> torch.nn.Module | None:
         """Full fine-tuning keeps a frozen copy; LoRA disables its adapter instead (None)."""

@@ -24,20 +24,16 @@ optimiser step: the names in `SFT_METRICS` below and the credit module's under `
 from __future__ import annotations
 
 import dataclasses
-import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import torch
 
-from creditgym.agents.llm import SamplingConfig
-from creditgym.agents.models import LoadedModel
-from creditgym.agents.trajectory import TokenBatch, Trajectory, return_channel
-from creditgym.credit.base import CreditModule, CreditOutput
+from creditgym.agents.trajectory import TokenBatch, Trajectory
+from creditgym.credit.base import CreditOutput
 from creditgym.trainers.activation_checkpointing import recompute_activations
 from creditgym.trainers.core import (
     OPTIMIZER_STEP_METRICS,
@@ -47,7 +43,6 @@ from creditgym.trainers.core import (
     derive_seed,
     to_device,
 )
-from creditgym.trainers.curve import CurveSettings
 
 # Every key of an SFT metrics record except the credit module's `credit/...`.
 SFT_METRICS = (
@@ -154,23 +149,9 @@ class CreditFilteredSFTTrainer(TrainerCore):
     Args: as `trainers.core.TrainerCore`, with an `SFTConfig`.
     """
 
-    def __init__(
-        self,
-        loaded: LoadedModel,
-        credit: CreditModule,
-        env_id: str,
-        env_kwargs: Mapping[str, Any],
-        sampling: SamplingConfig,
-        config: SFTConfig,
-        run_dir: str | os.PathLike,
-        curve: CurveSettings | None = None,
-        reward_channel: Callable[[Trajectory], Trajectory] = return_channel,
-    ) -> None:
-        super().__init__(
-            loaded, credit, env_id, env_kwargs, sampling, config, run_dir, curve, reward_channel
-        )
-        # The step count depends on how many pairs each round keeps: not known ahead.
-        self.resume(total_optimizer_steps=None)
+    config: SFTConfig
+    # The step count depends on how many pairs each round keeps: not known ahead
+    # (`TrainerCore.total_optimizer_steps`' default).
 
     def train_iteration(self) -> list[dict[str, float]]:
         """One round: rollout -> credit -> filter -> `epochs_per_round` passes of NLL steps."""
