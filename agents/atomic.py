@@ -1,7 +1,7 @@
 """Atomic writes: a reader sees the old file (or folder) or the complete new one, never part.
 
 Both helpers write next to the target (same filesystem, so `os.replace` is a rename) and
-remove what they wrote if the write fails. Used for run-folder files (`benchmarks.records`),
+remove what they wrote if the write fails. Used for run-folder files (`report.records`),
 the leaderboard and checkpoints (`trainers.checkpoint`).
 
 Reading back: `jsonl_records` reads the append-only JSON-lines files (run records, the

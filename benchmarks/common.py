@@ -1,17 +1,17 @@
 """What every `benchmarks` entry point does the same way, written once.
 
 Turning an env name into its id, env options into constructor kwargs, a model name into a
-loaded policy, a configuration into an output name, range checks of numeric options, and
-rows into a markdown table: each entry point (`benchmarks.run`, `credit_truth`,
-`credit_quality`, `hindsight_ablation`, `trl_grpo`) calls these instead of its own copy,
-so they cannot drift. Every failure is a `UsageError` (one line, exit status 2).
+loaded policy, a configuration into an output name, and range checks of numeric options:
+each entry point (`benchmarks.run`, `credit_truth`, `credit_quality`, `hindsight_ablation`,
+`trl_grpo`) calls these instead of its own copy, so they cannot drift (markdown tables:
+`report.tables`). Every failure is a `UsageError` (one line, exit status 2).
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import torch
@@ -123,23 +123,6 @@ def check_at_least(bounds: Iterable[tuple[str, float, float]]) -> None:
     for option, value, least in bounds:
         if value < least:
             raise UsageError(f"{option} must be >= {least} (got {value})")
-
-
-def markdown_table(columns: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
-    """A markdown table of already formatted cells (also readable as plain text)."""
-    lines = ["| " + " | ".join(columns) + " |", "|" + "|".join("---" for _ in columns) + "|"]
-    lines.extend("| " + " | ".join(cells) + " |" for cells in rows)
-    return "\n".join(lines)
-
-
-def mapping_rows(
-    rows: Iterable[Mapping[str, Any]], columns: Sequence[str], format_float: Any
-) -> list[list[str]]:
-    """Cells of `rows` in `columns` order: floats through `format_float`, others `str`."""
-    return [
-        [format_float(row[c]) if isinstance(row[c], float) else str(row[c]) for c in columns]
-        for row in rows
-    ]
 
 
 def run_scoring_command(

@@ -9,26 +9,44 @@ study's, benchmarks/configs/study_decisive.toml) at the planned seeds, in the ru
 sweep of that file would write, reusing every finished `grpo` run of equal identity in the
 output folder or the committed run folders and running the others; prints the planned
 cost before it starts, then per instrument, level, channel and endpoint the verdict
-against grpo (docs/study_plan.md's analysis; `benchmarks/comparison.py`).
+against grpo (docs/study_plan.md's analysis; `report/comparison.py`).
+
+The plan's cells are the `grpo` rows of the sweep file: each distinct `grpo` configuration
+less its seed is one cell (an instrument, a level, a reward channel, the training budget),
+with the seeds the file gives it. The challenger's run of a cell and seed is that `grpo`
+run with only `--credit` (and `--credit-options`) changed, so its run folder, config.json
+and identity are what a sweep of the file with that credit would write
+(`benchmarks/run/identity.py`). A `grpo` run is reused from any folder searched (the output
+folder first, then the committed run folders) where its folder holds done.json, every
+requested episode, and a config.json whose identity equals the one this configuration
+hashes: the same name is not enough (six hex digits of a hash), the identity is compared
+field by field. A cell compared at fewer seeds than the plan gives it (`--seeds`) gets no
+verdict of the plan: its verdict is printed as exploratory.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import resource
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from creditgym.benchmarks import comparison
 from creditgym.benchmarks.cli import UsageError, exit_on_usage_error, parse_arguments, prog_of
 from creditgym.benchmarks.run_build import credit_class
 from creditgym.benchmarks.run_config import RunConfig
+from creditgym.benchmarks.run_eval import is_finished
+from creditgym.benchmarks.run_identity import run_identity, run_name
 from creditgym.benchmarks.run_population import group_into_populations
-from creditgym.benchmarks.run_settings import NO_CREDIT, credit_options_of
+from creditgym.benchmarks.run_settings import NO_CREDIT, credit_options_of, step_limit
 from creditgym.benchmarks.run_validate import validate
 from creditgym.benchmarks.sweep import SweepConfig, load_sweep, parse_shard, run_local
+from creditgym.report import comparison, records
+from creditgym.report.comparison import BASELINE
+from creditgym.report.study.rows import method_form
 
 PLAN = Path("benchmarks/configs/study_decisive.toml")
 # Where committed runs live (results/<study>/runs), searched for grpo runs to reuse.
@@ -63,6 +81,220 @@ class CompareConfig:
     """Print the planned cost and stop."""
 
 
+@dataclass(frozen=True)
+class Cell:
+    """One planned setting: the `grpo` configuration at its first seed, and the seeds the
+    plan gives it."""
+
+    baseline: RunConfig
+    seeds: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class SeedPair:
+    """One cell's seed: the `grpo` run and the challenger's, each with the finished run
+    folder found for it (None: to run, into the output folder)."""
+
+    cell: int  # index into the plan's cells
+    seed: int
+    baseline: RunConfig
+    baseline_dir: Path | None
+    challenger: RunConfig
+    challenger_dir: Path | None
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """What `benchmarks.compare` will run and read: the cells, their seed pairs, and
+    whether the seeds are the plan's."""
+
+    cells: tuple[Cell, ...]
+    pairs: tuple[SeedPair, ...]
+    seeds_override: tuple[int, ...]  # () when the plan's seeds are used
+
+    def to_run(self) -> list[RunConfig]:
+        """Every run with no finished folder, `grpo` before the challenger per cell."""
+        todo = []
+        for cell in range(len(self.cells)):
+            pairs = [p for p in self.pairs if p.cell == cell]
+            todo += [p.baseline for p in pairs if p.baseline_dir is None]
+            todo += [p.challenger for p in pairs if p.challenger_dir is None]
+        return todo
+
+
+def is_baseline(config: RunConfig) -> bool:
+    """A `grpo` row in its default form (no options, creditgym's convention, policy
+    gradient): the rows the study's confirmatory pairs compare against."""
+    default = RunConfig()
+    return (
+        config.credit == BASELINE
+        and not config.credit_options
+        and config.credit_convention == default.credit_convention
+        and config.trainer == default.trainer
+    )
+
+
+def plan_cells(configs: Sequence[RunConfig], out: Path) -> list[Cell]:
+    """The cells of a sweep file's configurations: its `grpo` rows grouped by everything but
+    the seed (in file order), their `out` set to `out`.
+
+    Raises:
+        UsageError: the file has no `grpo` row.
+    """
+    seeds: dict[RunConfig, list[int]] = {}
+    for config in configs:
+        if is_baseline(config):
+            base = dataclasses.replace(config, seed=0, out=out)
+            seeds.setdefault(base, []).append(config.seed)
+    if not seeds:
+        raise UsageError(f"the plan's sweep file has no {BASELINE} row to compare against")
+    return [
+        Cell(dataclasses.replace(base, seed=found[0]), tuple(found))
+        for base, found in seeds.items()
+    ]
+
+
+def challenger_config(baseline: RunConfig, credit: str, options: tuple[str, ...]) -> RunConfig:
+    """The run of the user's module that pairs with `baseline`: only the credit changed."""
+    return dataclasses.replace(baseline, credit=credit, credit_options=options)
+
+
+def challenger_name(config: RunConfig) -> str:
+    """The module's row name as the study names rows (`hp_rlvr_exact`, `discounted
+    [gamma=0.5]`)."""
+    return method_form(run_identity(config))
+
+
+def finished_run(config: RunConfig, folders: Sequence[Path]) -> Path | None:
+    """The first of `folders` holding `config`'s run finished (done.json, every requested
+    episode) with the identity `config` hashes, or None."""
+    identity = run_identity(config)
+    for folder in folders:
+        placed = dataclasses.replace(config, out=folder)
+        run_dir = folder / run_name(placed)
+        if not is_finished(placed):
+            continue
+        recorded = records.read_json(run_dir / records.CONFIG_FILE).get("identity")
+        if recorded == identity:
+            return run_dir
+    return None
+
+
+def build_comparison(
+    cells: Sequence[Cell],
+    credit: str,
+    options: tuple[str, ...],
+    baseline_folders: Sequence[Path],
+    seeds_override: tuple[int, ...] = (),
+) -> Comparison:
+    """Every cell's seed pairs (the plan's seeds, or `seeds_override`), each run with the
+    finished folder found for it: `grpo` in `baseline_folders` (the output folder first),
+    the challenger in the output folder only."""
+    pairs = []
+    for number, cell in enumerate(cells):
+        for seed in seeds_override or cell.seeds:
+            baseline = dataclasses.replace(cell.baseline, seed=seed)
+            challenger = challenger_config(baseline, credit, options)
+            pairs.append(
+                SeedPair(
+                    number,
+                    seed,
+                    baseline,
+                    finished_run(baseline, baseline_folders),
+                    challenger,
+                    finished_run(challenger, [challenger.out]),
+                )
+            )
+    return Comparison(tuple(cells), tuple(pairs), tuple(seeds_override))
+
+
+def cell_label(config: RunConfig) -> tuple[str, str, str]:
+    """(instrument, level, channel) of a cell's configuration (`comparison.cell_label`)."""
+    return comparison.cell_label(run_identity(config), step_limit(config), config.reward_channel)
+
+
+def cost_lines(plan: Comparison, folders: Sequence[Path]) -> list[str]:
+    """The planned cost, printed before any run starts: per cell the runs to do, reused
+    and the seconds per run measured on earlier `grpo` runs, then the totals."""
+    identities = [run_identity(cell.baseline) for cell in plan.cells]
+    estimates = comparison.measured_seconds(identities, folders)
+    todo = plan.to_run()
+    lines = []
+    if plan.seeds_override:
+        planned = sorted({len(c.seeds) for c in plan.cells})
+        lines.append(
+            f"--seeds {' '.join(map(str, plan.seeds_override))} departs from the plan "
+            f"({'/'.join(map(str, planned))} seeds per cell): every verdict below is "
+            "exploratory, not the plan's"
+        )
+    total, unknown = 0.0, 0
+    for number, (cell, (seconds, count, source)) in enumerate(
+        zip(plan.cells, estimates, strict=True)
+    ):
+        pairs = [p for p in plan.pairs if p.cell == number]
+        base_todo = sum(p.baseline_dir is None for p in pairs)
+        mine_todo = sum(p.challenger_dir is None for p in pairs)
+        instrument, level, channel = cell_label(cell.baseline)
+        line = (
+            f"{instrument} [{level}] {channel}, {len(pairs)} seeds: run {mine_todo} of the "
+            f"module's and {base_todo} {BASELINE} ({len(pairs) - base_todo} {BASELINE} reused)"
+        )
+        runs = base_todo + mine_todo
+        if seconds is None:
+            unknown += runs
+            line += "; no measured run of this setting"
+        else:
+            total += runs * seconds
+            line += (
+                f"; {seconds:.0f} s per run (median of {count} finished {BASELINE} runs {source})"
+            )
+        lines.append(line)
+    hours = total / 3600
+    lines.append(
+        f"planned: {len(todo)} runs to do, {len(plan.pairs) * 2 - len(todo)} reused; "
+        f"about {hours:.2f} CPU-hours ({total / 60:.0f} CPU-minutes) of training, one run "
+        "after another in this process (one core; `--shard 0/2` and `1/2` share two), "
+        "evaluation and start-up on top"
+        + (f", plus {unknown} runs with no measured setting" if unknown else "")
+    )
+    lines.append(
+        "memory: one run's at a time, plus one copy of the starting weights per population "
+        "(docs/running.md, Population runs; docs/extending.md gives a measured peak)"
+    )
+    return lines
+
+
+def finished_folders(plan: Comparison) -> dict[tuple[str, int], Path]:
+    """The finished run folder of every run of `plan` that has one now, keyed by
+    (role, pair index), role "baseline" or "challenger": a folder found before, else the
+    output folder's."""
+    found = {}
+    for index, pair in enumerate(plan.pairs):
+        for role, config, known in (
+            ("baseline", pair.baseline, pair.baseline_dir),
+            ("challenger", pair.challenger, pair.challenger_dir),
+        ):
+            run_dir = known or finished_run(config, [config.out])
+            if run_dir is not None:
+                found[(role, index)] = run_dir
+    return found
+
+
+def cell_runs(plan: Comparison, found: dict[tuple[str, int], Path]) -> list[comparison.CellRuns]:
+    """Each cell's label, planned seeds and the run folders of its seeds with both runs
+    finished (`found`, from `finished_folders`), as `comparison.verdict_rows` reads them."""
+    cells = []
+    for number, cell in enumerate(plan.cells):
+        indices = [i for i, p in enumerate(plan.pairs) if p.cell == number]
+        pairs = tuple(
+            (found[("challenger", i)], found[("baseline", i)])
+            for i in indices
+            if ("baseline", i) in found and ("challenger", i) in found
+        )
+        cells.append(comparison.CellRuns(cell_label(cell.baseline), len(cell.seeds), pairs))
+    return cells
+
+
 def baseline_folders(args: CompareConfig, plan_out: Path) -> list[Path]:
     """--out first, then --baselines or the plan's `out` and the committed run folders."""
     rest = args.baselines or (plan_out, *sorted(Path().glob(COMMITTED_RUNS)))
@@ -73,7 +305,7 @@ def baseline_folders(args: CompareConfig, plan_out: Path) -> list[Path]:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `creditgym compare`."""
     args = parse_arguments(CompareConfig, argv, prog_of("compare"))
-    if args.credit in (comparison.BASELINE, NO_CREDIT):
+    if args.credit in (BASELINE, NO_CREDIT):
         raise UsageError(f"--credit {args.credit}: compare a module other than the baseline")
     if any(seed < 0 for seed in args.seeds):
         raise UsageError(f"--seeds must be >= 0 (got {args.seeds})")
@@ -87,12 +319,12 @@ def main(argv: list[str] | None = None) -> int:
     credit_class(args.credit)
     credit_options_of(RunConfig(credit=args.credit, credit_options=args.credit_options))
     configs = load_sweep(args.config, None)
-    cells = comparison.plan_cells(configs, args.out)
+    cells = plan_cells(configs, args.out)
     for cell in cells:  # the module, its options and the output folder, before any work
-        validate(comparison.challenger_config(cell.baseline, args.credit, args.credit_options))
+        validate(challenger_config(cell.baseline, args.credit, args.credit_options))
     folders = baseline_folders(args, configs[0].out)
-    plan = comparison.build_comparison(cells, args.credit, args.credit_options, folders, args.seeds)
-    for line in comparison.cost_lines(plan, folders):
+    plan = build_comparison(cells, args.credit, args.credit_options, folders, args.seeds)
+    for line in cost_lines(plan, folders):
         print(line, flush=True)
     if args.dry_run:
         return 0
@@ -116,7 +348,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     for failure in failures:
         print(f"failed: {failure}", file=sys.stderr)
-    found = comparison.finished_folders(plan)
+    found = finished_folders(plan)
     missing = 2 * len(plan.pairs) - len(found)
     if missing:
         print(
@@ -125,8 +357,9 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 1
-    name = comparison.challenger_name(plan.pairs[0].challenger)
-    print(comparison.verdict_table(comparison.verdict_rows(plan, found), name))
+    name = challenger_name(plan.pairs[0].challenger)
+    rows = comparison.verdict_rows(cell_runs(plan, found), bool(plan.seeds_override))
+    print(comparison.verdict_table(rows, name))
     return 1 if failures else 0
 
 

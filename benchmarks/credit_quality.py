@@ -29,6 +29,7 @@ from creditgym.measure.key_steps import (
     credit_quality,
 )
 from creditgym.measure.prefetch import prefetch_modules
+from creditgym.report.tables import markdown_table
 
 
 def module_names(spec: str) -> list[str]:
@@ -57,7 +58,7 @@ def validate(args: EvaluateArgs) -> EvaluateArgs:
     return EvaluateArgs(**{**args.__dict__, "env": env_id})
 
 
-def format_table(name: str, rows: dict[str, QualityRow]) -> str:
+def quality_table(name: str, rows: dict[str, QualityRow]) -> str:
     """`== name`, then a markdown table of one module's figures per outcome."""
     columns = ["outcome", "trajs", "ranked", "AUROC", "AUROC|c|", "P@k", "chance"]
     cells = [
@@ -65,7 +66,7 @@ def format_table(name: str, rows: dict[str, QualityRow]) -> str:
         + [f"{value:.3f}" for value in (row.auroc, row.auroc_magnitude, row.precision, row.chance)]
         for outcome, row in rows.items()
     ]
-    return f"== {name}\n" + common.markdown_table(columns, cells)
+    return f"== {name}\n" + markdown_table(columns, cells)
 
 
 @exit_on_usage_error(resumes=False)
@@ -108,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
             output = module(trajectories)
         except (TypeError, ValueError, NonFiniteError) as error:  # a broken plug-in, a NaN
             raise UsageError(f"{name}: {error}") from error
-        print(format_table(name, credit_quality(trajectories, output)))
+        print(quality_table(name, credit_quality(trajectories, output)))
     return 0
 
 

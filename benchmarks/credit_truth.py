@@ -56,6 +56,7 @@ from creditgym.measure.pools import (
     score_module,
 )
 from creditgym.measure.prefetch import prefetch_modules
+from creditgym.report.tables import mapping_table
 
 UNIFORM = "uniform"
 
@@ -166,11 +167,6 @@ def format_value(value: float) -> str:
     return f"{value:.3f}" if abs(value) < 1000 else f"{value:.3g}"
 
 
-def format_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> str:
-    """A markdown table (also readable as plain text)."""
-    return common.markdown_table(columns, common.mapping_rows(rows, columns, format_value))
-
-
 def plot(rows: Sequence[Mapping[str, Any]], args: CreditTruthArgs, title: str, path: Path) -> None:
     """Every metric against the swept option, one line per module; SNR on a log axis."""
     metrics = ["pearson", "spearman", "key_sign"]
@@ -260,7 +256,7 @@ def write_outputs(
     columns = [args.sweep_kwarg, "module", "pearson", "spearman", "key_sign", "key_steps"]
     for size in sorted(args.batch_sizes):
         columns += [f"cos@{size}", f"cos_mean@{size}", f"snr@{size}", f"batches@{size}"]
-    table = format_table(rows, columns)
+    table = mapping_table(rows, columns, format_value)
     print(table)
     stem = args.out / run_name(args, env_id)
     with open(stem.with_suffix(".csv"), "w", newline="", encoding="utf-8") as handle:

@@ -64,7 +64,6 @@ from creditgym.agents.models import LoadedModel
 from creditgym.agents.trajectory import REWARD_CHANNELS
 from creditgym.benchmarks import common, lock
 from creditgym.benchmarks.cli import UsageError, exit_on_usage_error
-from creditgym.benchmarks.records import JsonlAppender, iter_jsonl
 from creditgym.credit.base import build
 from creditgym.credit.exact_source import EXACT_CLASSES, EXACT_OPTIONS
 from creditgym.measure.decomposition import agreement_row, calibration, calibration_row, on_channel
@@ -78,6 +77,8 @@ from creditgym.measure.pools import (
     prepare_pool,
 )
 from creditgym.measure.prefetch import prefetch_modules
+from creditgym.report.records import JsonlAppender, iter_jsonl
+from creditgym.report.tables import mapping_table
 
 CELLS_FILE = "cells.jsonl"
 STEM = "decomposition"
@@ -387,17 +388,12 @@ def markdown(cells: Sequence[Mapping[str, Any]], command: str) -> str:
         "docs/exact_hindsight.md). Value ± standard error (bootstrap over groups; the "
         "cosine over batches of one group).\n\n"
         "## Agreement with the exact advantage A (exact source / model source)\n\n"
-        f"{format_table(list(wide.values()), columns)}\n\n"
+        f"{mapping_table(list(wide.values()), columns)}\n\n"
         f"{UNDEFINED_NOTE}\n\n"
         + (f"{STALE_NOTE}\n\n" if not all(current(cell) for cell in cells) else "")
         + "## The model's hindsight against the exact one (visited steps)\n\n"
-        f"{format_table(calibration_table, list(calibration_table[0]))}\n"
+        f"{mapping_table(calibration_table, list(calibration_table[0]))}\n"
     )
-
-
-def format_table(rows: Sequence[Mapping[str, str]], columns: Sequence[str]) -> str:
-    """A markdown table of cells already written as text."""
-    return common.markdown_table(columns, [[str(row[c]) for c in columns] for row in rows])
 
 
 # The csv's columns, in this order whichever way the records were read back.
@@ -431,9 +427,7 @@ def run(args: DecompositionArgs, argv: Sequence[str]) -> Path:
     except OSError as error:
         raise UsageError(f"--out {args.out} cannot be written: {error}") from error
     path = args.out / CELLS_FILE
-    command = " ".join(
-        ["creditgym decomposition", *([shlex.join(argv)] if argv else [])]
-    )
+    command = " ".join(["creditgym decomposition", *([shlex.join(argv)] if argv else [])])
     with lock.hold(lock.output_lock(args.out / STEM), str(path)):
         if args.fresh and path.exists():
             path.unlink()

@@ -67,6 +67,7 @@ from creditgym.measure.pools import (
 from creditgym.measure.prefetch import prefetch_modules
 from creditgym.measure.truth_metrics import TruthSet
 from creditgym.measure.variants import POSITION, VARIANTS, VARIANTS_BY_NAME, Variant
+from creditgym.report.tables import markdown_table
 
 
 @dataclass(frozen=True)
@@ -273,7 +274,8 @@ def interval_cell(row: Mapping[str, Any], key: str) -> str:
     return f"{value:.3f} [{low:.3f}, {high:.3f}]"
 
 
-def format_table(rows: Sequence[Mapping[str, Any]], truth: bool) -> str:
+def variant_table(rows: Sequence[Mapping[str, Any]], truth: bool) -> str:
+    """The variants' figures as a markdown table, with the truth columns where `truth`."""
     columns = ["variant", "AUROC success [95% CI]", "n", "AUROC failure", "AUROC |c| success"]
     if truth:
         columns += ["Pearson [95% CI]", "Spearman [95% CI]", "key sign", "cos [95% CI]"]
@@ -294,7 +296,7 @@ def format_table(rows: Sequence[Mapping[str, Any]], truth: bool) -> str:
                 interval_cell(row, "cos"),
             ]
         table.append(cells)
-    return common.markdown_table(columns, table)
+    return markdown_table(columns, table)
 
 
 def run_name(args: AblationArgs, env_id: str) -> str:
@@ -325,7 +327,7 @@ def write_outputs(
     seconds: float,
 ) -> Path:
     truth = collected.truths is not None
-    table = format_table(rows, truth)
+    table = variant_table(rows, truth)
     print(table)
     args.out.mkdir(parents=True, exist_ok=True)
     stem = args.out / run_name(args, env_id)

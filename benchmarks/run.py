@@ -38,7 +38,7 @@ import torch
 
 from creditgym.agents.atomic import DamagedFileError
 from creditgym.agents.models import LoadedModel, vocabulary
-from creditgym.benchmarks import common, lock, records
+from creditgym.benchmarks import common, lock
 from creditgym.benchmarks.cli import (
     UsageError,
     exit_on_usage_error,
@@ -87,6 +87,7 @@ from creditgym.benchmarks.run_settings import (
 from creditgym.benchmarks.run_train import train, trainer_configs
 from creditgym.benchmarks.run_validate import validate
 from creditgym.credit.base import NonFiniteError
+from creditgym.report import records
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 

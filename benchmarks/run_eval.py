@@ -22,12 +22,13 @@ from creditgym.agents.llm import LLMAgent
 from creditgym.agents.models import LoadedModel
 from creditgym.agents.rollout import collect
 from creditgym.agents.trajectory import Trajectory
-from creditgym.benchmarks import common, records
+from creditgym.benchmarks import common
 from creditgym.benchmarks.run_build import SCRIPTED_AGENTS, make_env
 from creditgym.benchmarks.run_config import RunConfig
 from creditgym.benchmarks.run_identity import method_label, run_name
 from creditgym.benchmarks.run_settings import env_kwargs_for, eval_splits, prompt_history
 from creditgym.envs.registry import EvalSplit
+from creditgym.report import records
 
 # Evaluation seeds start far above any training seed so that evaluation tasks are never
 # training tasks where the env draws tasks from the seed (SysDiag, CodeExec).

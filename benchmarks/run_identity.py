@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from creditgym.benchmarks import common, records
+from creditgym.benchmarks import common
 from creditgym.benchmarks.run_config import NON_IDENTITY_FIELDS, RunConfig
 from creditgym.benchmarks.run_settings import (
     EVAL_ONLY,
@@ -26,6 +26,7 @@ from creditgym.benchmarks.run_settings import (
     step_limit,
     trains,
 )
+from creditgym.report import records
 
 
 def run_identity(cfg: RunConfig) -> dict[str, Any]:

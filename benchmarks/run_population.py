@@ -25,12 +25,12 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from creditgym.agents.atomic import DamagedFileError
-from creditgym.benchmarks import records
 from creditgym.benchmarks.cli import UsageError
 from creditgym.benchmarks.lock import LockHeldError
 from creditgym.benchmarks.run_config import RunConfig
 from creditgym.benchmarks.run_identity import run_name
 from creditgym.credit.base import NonFiniteError
+from creditgym.report import records
 
 # Exit status of a member stopped by bad input (a NaN loss or reward, a damaged record or
 # checkpoint, an option its env refuses): what the single run exits with on it.

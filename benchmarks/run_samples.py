@@ -11,7 +11,6 @@ from creditgym import credit
 from creditgym.agents.atomic import atomic_write_text
 from creditgym.agents.episode import play_episode
 from creditgym.agents.models import LoadedModel
-from creditgym.benchmarks import records
 from creditgym.benchmarks.cli import UsageError
 from creditgym.benchmarks.run_build import SCRIPTED_AGENTS, build_credit, load_policy, make_env
 from creditgym.benchmarks.run_config import RunConfig
@@ -25,6 +24,7 @@ from creditgym.benchmarks.run_settings import (
 )
 from creditgym.benchmarks.run_train import TRAIN_TEMPERATURE, training_sampling
 from creditgym.credit.options import split_option
+from creditgym.report import records
 
 # Model that scores hindsight credit of scripted-agent samples (they have no policy).
 SCRIPTED_SAMPLE_SCORER = "tiny"

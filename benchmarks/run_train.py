@@ -10,7 +10,6 @@ from typing import Any
 
 from creditgym.agents.models import LoadedModel
 from creditgym.agents.trajectory import REWARD_CHANNELS
-from creditgym.benchmarks import records
 from creditgym.benchmarks.run_build import build_credit
 from creditgym.benchmarks.run_config import RunConfig
 from creditgym.benchmarks.run_eval import EVAL_SEED_BASE, episode_agent_seed
@@ -23,6 +22,7 @@ from creditgym.benchmarks.run_settings import (
     prompt_history,
 )
 from creditgym.credit.base import CreditModule
+from creditgym.report import records
 from creditgym.trainers.curve import CurveSettings
 from creditgym.trainers.policy_gradient import (
     AgentConfig,

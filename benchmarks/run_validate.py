@@ -22,7 +22,7 @@ from creditgym.agents.models import (
     unknown_model_message,
     vocabulary,
 )
-from creditgym.benchmarks import common, records
+from creditgym.benchmarks import common
 from creditgym.benchmarks.cli import UsageError, lookup, suggest
 from creditgym.benchmarks.run_build import SCRIPTED_AGENTS, credit_class, make_env
 from creditgym.benchmarks.run_config import RunConfig
@@ -38,6 +38,7 @@ from creditgym.benchmarks.run_settings import (
 )
 from creditgym.benchmarks.run_train import TRAINER_NAMES
 from creditgym.credit.base import DEFAULT_CONVENTION
+from creditgym.report import records
 
 
 def validate(cfg: RunConfig) -> None:

@@ -37,7 +37,7 @@ skipped, and counted as not done (exit status 1; rerun the sweep once the other 
 A sweep whose `out` holds its runs computed in another precision (begun where
 `dtype = "fast"` or `"auto"` resolved otherwise: another processor, a GPU) stops in one
 line (exit status 2) rather than start a second grid beside them.
-A run folder holding a damaged file (`benchmarks/records.py`) is reported the same way
+A run folder holding a damaged file (`report/records.py`) is reported the same way
 when its run starts, or, found while checking which runs are finished, stops the sweep in
 one line (exit status 2).
 """
@@ -60,7 +60,6 @@ import ray
 from creditgym.agents.atomic import DamagedFileError
 from creditgym.agents.precision import cpu_features
 from creditgym.agents.rollout import close_workers
-from creditgym.benchmarks import leaderboard
 from creditgym.benchmarks.cli import (
     UsageError,
     exit_on_usage_error,
@@ -82,6 +81,7 @@ from creditgym.benchmarks.run_population import (
 )
 from creditgym.benchmarks.run_validate import validate
 from creditgym.benchmarks.sweep_file import check_sweep_file
+from creditgym.report import leaderboard
 
 RUN_FIELDS = {f.name: f for f in dataclasses.fields(RunConfig)}
 DEFAULT_SWEEP_OUT = RunConfig.out  # ad-hoc sweeps stay out of the committed reference set

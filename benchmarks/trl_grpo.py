@@ -24,13 +24,13 @@ from trl import GRPOConfig, GRPOTrainer
 from creditgym import envs
 from creditgym.benchmarks import common
 from creditgym.benchmarks.cli import UsageError, exit_on_usage_error, parse_arguments, prog_of
-from creditgym.benchmarks.records import JsonlAppender
 from creditgym.integrations.trl_env import (
     CreditgymEnv,
     environment_factory,
     episode_success,
     tool_calling_tokenizer,
 )
+from creditgym.report.records import JsonlAppender
 
 # The user turn every row starts from; `reset` appends the task and the first observation.
 PROMPT = "Solve the task in the environment below."

@@ -2,7 +2,7 @@
 
 - `percentile_interval`: the central `confidence` interval of bootstrap draws (Efron and
   Tibshirani 1993, ch. 13), what the ablation's intervals and the leaderboard's
-  stratified interval of P(X > Y) (`benchmarks.stats`) both take;
+  stratified interval of P(X > Y) (`report.stats`) both take;
 - `bootstrap_interval`: that interval for a statistic of resampled item indices, the
   resamples drawn once and shared by every row, so the rows' intervals are paired;
 - `block_bootstrap_se`: the standard error of a statistic over resamples of whole blocks

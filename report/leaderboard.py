@@ -1,9 +1,10 @@
-"""Leaderboard from run folders: `creditgym leaderboard [--runs FOLDER]`.
+"""Leaderboard from run folders: the library of `creditgym leaderboard [--runs FOLDER]`
+(benchmarks/leaderboard.py).
 
 Reads only the run folders under `--runs` (config.json, episodes.jsonl, metrics.jsonl,
 training.json; default `results/runs/`, the committed reference set) and writes
 `leaderboard.md`, `.csv` and a static, sortable `.html` page (inline JavaScript, works
-offline) plus the plots of `benchmarks.plots` into `--out` (default: the folder above
+offline) plus the plots of `report.plots` into `--out` (default: the folder above
 `--runs`, so `--runs results/local/runs` never touches `results/leaderboard.*`). Every
 page names the folder it was built from. Never edit those files by hand: rerun this.
 
@@ -13,7 +14,7 @@ rows compared trained on one signal; evaluation-only rows appear in each of thei
 tables. Oracles (credit modules that read ground truth: the env's labels, its noise-free
 outcome or its exact state, `credit.base.is_oracle`) are listed apart under each table
 and never ranked against the rest. A row is one method
-configuration: every setting of the runs' `method_config` (benchmarks/records.py; model,
+configuration: every setting of the runs' `method_config` (report/records.py; model,
 trainer, credit, G, optimiser steps, learning rate, tasks per step, constrained decoding,
 history length, sampling temperature, ...), so runs share a row only when they differ in
 nothing but the seed. Settings that differ between the rows of a table are columns; those
@@ -21,7 +22,7 @@ the rows share are listed above it. A cell is the success rate in percent as mea
 standard error over the row's seeds (one run per seed; n = seeds), each run's rate over
 its evaluation episodes (BALROG reports the same way); under each table, which leads are
 real is decided by the probability of improvement's bootstrap interval
-(`benchmarks/stats.py`), not by the standard errors. A row's statistics (seeds,
+(`report/stats.py`), not by the standard errors. A row's statistics (seeds,
 trajectory length, zero-gradient fraction, training time, rollouts) are over that
 table's runs only.
 """
@@ -31,7 +32,6 @@ from __future__ import annotations
 import html
 import json
 import math
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,9 +42,10 @@ import pandas as pd
 
 from creditgym import credit
 from creditgym.agents.atomic import atomic_write_text
-from creditgym.benchmarks import plots, records, stats
-from creditgym.benchmarks.cli import UsageError, exit_on_usage_error, parse_arguments, prog_of
+from creditgym.cli import UsageError
 from creditgym.credit.base import is_oracle
+from creditgym.report import plots, records, stats
+from creditgym.report.tables import markdown_table
 
 # Fewer seeds than this in either row and the bootstrap is too coarse for a verdict.
 MIN_SEEDS_FOR_VERDICT = 3
@@ -403,15 +404,14 @@ def command_text(table: Table) -> str:
     return f"creditgym leaderboard --runs {table.source.as_posix()}"
 
 
-def markdown_table(
+def section_table(
     table: Table, section: Section, columns: Sequence[str], methods: Sequence[str]
 ) -> str:
     """The rows `methods` of a section (its compared rows or its oracles) in `columns`."""
-    headers = header_cells(section, columns)
-    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-    for method in methods:
-        lines.append("| " + " | ".join(row_cells(table, section, method, columns)) + " |")
-    return "\n".join(lines)
+    return markdown_table(
+        header_cells(section, columns),
+        [row_cells(table, section, method, columns) for method in methods],
+    )
 
 
 def render_markdown(table: Table, plot_files: Mapping[str, str]) -> str:
@@ -434,10 +434,10 @@ def render_markdown(table: Table, plot_files: Mapping[str, str]) -> str:
                 continue
             if note:
                 parts += ["", note, ""]
-            parts.append(markdown_table(table, section, section.columns, methods))
+            parts.append(section_table(table, section, section.columns, methods))
             if section.task_type_columns:
                 parts += ["", "Per task type:", ""]
-                parts.append(markdown_table(table, section, section.task_type_columns, methods))
+                parts.append(section_table(table, section, section.task_type_columns, methods))
         lines = comparisons(table, section)
         if lines:
             parts += ["", "Which differences are real:", "", *lines]
@@ -587,18 +587,6 @@ def render_html(table: Table, plot_files: Mapping[str, str]) -> str:
     )
 
 
-@dataclass(frozen=True)
-class LeaderboardConfig:
-    """Build the leaderboard tables and plots from one set of run folders."""
-
-    runs: Path = Path("results/runs")
-    """Folder holding the run folders: the committed reference set by default; your own
-    runs are in results/local/runs."""
-    out: Path | None = None
-    """Folder that receives leaderboard.md/.csv/.html and plots/; unset: the folder above
-    --runs (results/ for the reference set, results/local/ for results/local/runs)."""
-
-
 def write_leaderboard(runs_root: Path, out: Path) -> Table:
     """Read the run folders under `runs_root`; write tables and plots into `out`."""
     try:
@@ -624,23 +612,3 @@ def write_leaderboard(runs_root: Path, out: Path) -> Table:
     except OSError as error:
         raise UsageError(f"cannot write the leaderboard to {out}: {error}") from error
     return table
-
-
-@exit_on_usage_error(resumes=False)
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of `creditgym leaderboard`."""
-    config = parse_arguments(LeaderboardConfig, argv, prog_of("leaderboard"))
-    out = config.runs.parent if config.out is None else config.out
-    table = write_leaderboard(config.runs, out)
-    for section in table.sections:
-        shown = markdown_table(table, section, section.columns, section.methods)
-        print(f"\n{section_title(section)}\n{shown}")
-        if section.oracles:
-            oracles = markdown_table(table, section, section.columns, section.oracles)
-            print(f"{ORACLE_NOTE}\n{oracles}")
-    print(f"\nbuilt from the {source_text(table)}; wrote {out / 'leaderboard.md'}, .csv, .html")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -27,7 +27,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from creditgym.benchmarks import records
+from creditgym.report import records
 
 SUCCESS_METRIC = "rollout/success_rate"
 ZERO_GRAD_METRIC = "charts/grad_norm_is_zero"

@@ -1,7 +1,7 @@
 """Every file of two run folders compared: what a resumed run wrote against what the same
 run writes uninterrupted (the exactly-once tests).
 
-Each file a run writes (`benchmarks/records.py`'s layout) is compared by its own rule, and
+Each file a run writes (`report/records.py`'s layout) is compared by its own rule, and
 a file that no rule names fails the comparison, so a new file cannot go unchecked:
 
 - records and summaries: equal, less the fields measured in wall-clock time (and
@@ -27,7 +27,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from creditgym.benchmarks import lock, records
+from creditgym.benchmarks import lock
+from creditgym.report import records
 
 # Metric fields measured in wall-clock time: they differ between any two runs.
 CLOCK_PREFIXES = ("time/", "rollout/tokens_per_s", "eval_s", "wall_seconds")

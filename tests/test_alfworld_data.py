@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 
 from creditgym import envs
-from creditgym.benchmarks import records
 from creditgym.benchmarks.run import main, prepare_run_dir
 from creditgym.benchmarks.run_config import RunConfig
 from creditgym.benchmarks.run_identity import run_name
@@ -27,6 +26,7 @@ from creditgym.envs.alfworld.data import (
 )
 from creditgym.envs.alfworld.env import ALFWorldEnv
 from creditgym.envs.alfworld.generate import GENERATOR_VERSION
+from creditgym.report import records
 
 REPO = Path(__file__).resolve().parent.parent
 COMMITTED = REPO / "tests" / "data" / "alfworld"

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from creditgym.benchmarks import records
 from creditgym.benchmarks.run import main, parse_config, run
 from creditgym.benchmarks.run_config import RunConfig
 from creditgym.benchmarks.run_identity import run_name
 from creditgym.benchmarks.run_samples import write_samples
+from creditgym.report import records
 
 REPO = Path(__file__).resolve().parent.parent
 

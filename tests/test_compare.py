@@ -1,4 +1,4 @@
-"""`python -m benchmarks.compare` (benchmarks/compare.py, benchmarks/comparison.py): a
+"""`python -m benchmarks.compare` (benchmarks/compare.py, report/comparison.py): a
 user's module on the plan's grpo cells, grpo runs of equal identity reused, the cost
 printed first, and verdicts that agree with the paired analysis worked out here."""
 
@@ -16,11 +16,11 @@ import numpy as np
 import pytest
 import scipy.stats
 
-from creditgym.benchmarks import comparison, records
-from creditgym.benchmarks.compare import main
+from creditgym.benchmarks.compare import finished_run, main, plan_cells
 from creditgym.benchmarks.run_identity import run_name
-from creditgym.benchmarks.stats import Interval
 from creditgym.benchmarks.sweep import load_sweep
+from creditgym.report import comparison, records
+from creditgym.report.stats import Interval
 from examples.discounted_credit import DiscountedGroupReturn, DiscountedGroupReturnOptions
 from tests.credit_cases import scripted_trajectory
 
@@ -51,7 +51,7 @@ credit = ["grpo", "hcapo"]
 
 
 def test_the_plans_cells_are_its_grpo_rows_at_the_planned_seeds_and_compare_toml_a_subset():
-    cells = comparison.plan_cells(load_sweep(PLAN, None), Path("out"))
+    cells = plan_cells(load_sweep(PLAN, None), Path("out"))
     # KeyDoor's two levels on two channels, Umbrella's two on the return channel.
     assert [(c.baseline.env, c.baseline.reward_channel) for c in cells] == [
         ("keydoor", "return"),
@@ -65,7 +65,7 @@ def test_the_plans_cells_are_its_grpo_rows_at_the_planned_seeds_and_compare_toml
     assert all(c.baseline.credit == "grpo" and not c.baseline.credit_options for c in cells)
     assert all(c.baseline.out == Path("out") for c in cells)
     # compare.toml's cells are the plan's own, at its seeds: the same run folders.
-    subset = comparison.plan_cells(load_sweep(SUBSET, None), Path("out"))
+    subset = plan_cells(load_sweep(SUBSET, None), Path("out"))
     assert subset and all(cell in cells for cell in subset)
 
 
@@ -219,14 +219,14 @@ def test_compare_runs_the_module_and_grpo_then_prints_the_paired_verdicts(tmp_pa
     # the same name is not reused.
     copied = tmp_path / "copied"
     shutil.copytree(grpo[0], copied / grpo[0].name)
-    cells = comparison.plan_cells(load_sweep(plan, None), other)
+    cells = plan_cells(load_sweep(plan, None), other)
     config = cells[0].baseline
-    assert comparison.finished_run(config, [copied]) == copied / grpo[0].name
+    assert finished_run(config, [copied]) == copied / grpo[0].name
     path = copied / grpo[0].name / records.CONFIG_FILE
     saved = json.loads(path.read_text())
     saved["identity"]["learning_rate"] = 0.01
     path.write_text(json.dumps(saved))
-    assert comparison.finished_run(config, [copied]) is None
+    assert finished_run(config, [copied]) is None
 
 
 def test_the_console_script_imports_the_users_module_from_the_working_directory(tmp_path):

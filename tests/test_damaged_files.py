@@ -14,8 +14,9 @@ import pytest
 import torch
 
 from creditgym.agents.atomic import DamagedFileError, cut_torn_tail, jsonl_records
-from creditgym.benchmarks import leaderboard, records, sweep
+from creditgym.benchmarks import leaderboard, sweep
 from creditgym.benchmarks.run import main
+from creditgym.report import records
 from creditgym.trainers.checkpoint import (
     MetricsLog,
     UnreadableCheckpointError,

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from creditgym import envs
-from creditgym.benchmarks import records
 from creditgym.benchmarks.run import main
+from creditgym.report import records
 from tests.registry_kwargs import TEST_DATA
 
 ENV_IDS = sorted(envs.ENVS)

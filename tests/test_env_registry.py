@@ -19,9 +19,9 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 from creditgym import envs  # noqa: F401  (registers the creditgym/ ids)
-from creditgym.benchmarks import records
 from creditgym.benchmarks.run import main as run_main
 from creditgym.envs.registry import ENVS, GENERIC_INTRO, EnvInfo, parse_env_options, register_env
+from creditgym.report import records
 from tests.doc_recipes import check_entry_point, docs_section, documented_file, documented_module
 from tests.registry_kwargs import OPTION_KWARGS, registry_kwargs_for
 

@@ -13,11 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from creditgym.benchmarks import leaderboard, plots, records, sweep
+from creditgym.benchmarks import leaderboard as leaderboard_command
 from creditgym.benchmarks import run as run_module
+from creditgym.benchmarks import sweep
 from creditgym.benchmarks.run import prepare_run_dir, run
 from creditgym.benchmarks.run_config import RunConfig
 from creditgym.benchmarks.run_identity import method_label
+from creditgym.report import leaderboard, plots, records
 
 SWEEP_TOML = """
 [common]
@@ -130,7 +132,7 @@ def test_cells_are_mean_and_standard_error_over_seeds(swept):
 
 @pytest.mark.slow  # the `swept` fixture runs a sweep of four runs
 def test_markdown_csv_and_html_agree_and_html_sorts_offline(swept):
-    assert leaderboard.main(["--runs", str(swept / "runs")]) == 0  # out: the folder above
+    assert leaderboard_command.main(["--runs", str(swept / "runs")]) == 0  # out: the folder above
     markdown = (swept / "leaderboard.md").read_text()
     assert "| random | eval-only | none |" in markdown and "100.0 (n=1)" in markdown
     assert f"4 run folders in `{(swept / 'runs').as_posix()}/`" in markdown
@@ -157,7 +159,7 @@ def test_comparison_says_when_a_method_is_not_distinguishable(swept):
 
 
 def test_leaderboard_without_runs_is_one_line_error(tmp_path, capsys):
-    assert leaderboard.main(["--runs", str(tmp_path), "--out", str(tmp_path)]) == 2
+    assert leaderboard_command.main(["--runs", str(tmp_path), "--out", str(tmp_path)]) == 2
     assert "no finished run folders" in capsys.readouterr().err
 
 
@@ -275,7 +277,9 @@ def test_two_folders_of_one_configuration_and_seed_are_refused(tmp_path, capsys)
     # An eval-only run ignores --steps, so these two are one configuration and one seed.
     made_up_run(tmp_path, [True], env="sysdiag", model="random", credit="none", steps=1)
     made_up_run(tmp_path, [True], env="sysdiag", model="random", credit="none", steps=2)
-    assert leaderboard.main(["--runs", str(tmp_path), "--out", str(tmp_path / "board")]) == 2
+    assert (
+        leaderboard_command.main(["--runs", str(tmp_path), "--out", str(tmp_path / "board")]) == 2
+    )
     assert "same configuration and seed" in capsys.readouterr().err
     assert not (tmp_path / "board" / "leaderboard.md").exists()
 

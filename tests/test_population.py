@@ -18,11 +18,12 @@ import ray
 import torch
 from safetensors.torch import load_file
 
-from creditgym.benchmarks import lock, records, sweep
+from creditgym.benchmarks import lock, sweep
 from creditgym.benchmarks.run import main, parse_config, run_population
 from creditgym.benchmarks.run_config import RunConfig
 from creditgym.benchmarks.run_identity import run_name
 from creditgym.benchmarks.run_population import group_into_populations, member_configs
+from creditgym.report import records
 
 # `small` on KeyDoor delay 4: two iterations of 8 rollouts, a learning curve, samples and
 # one evaluation batch: every file a run writes, in a few seconds.

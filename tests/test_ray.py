@@ -21,11 +21,12 @@ from creditgym.agents.base import AgentAction, AgentInput
 from creditgym.agents.ray_workers import RayActorPool
 from creditgym.agents.rollout import close_workers, collect
 from creditgym.agents.workers import _POOLS
-from creditgym.benchmarks import records, sweep
+from creditgym.benchmarks import sweep
 from creditgym.benchmarks.run import run
 from creditgym.benchmarks.run_config import RunConfig
 from creditgym.benchmarks.run_identity import run_name
 from creditgym.benchmarks.run_train import trainer_configs
+from creditgym.report import records
 from tests.rollout_envs import KeyedRandomAgent
 
 CORRIDOR = "tests.rollout_envs:Corridor-v0"

@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from creditgym.agents.atomic import DamagedFileError
-from creditgym.benchmarks import leaderboard, records, study
+from creditgym.benchmarks import leaderboard, study
 from creditgym.benchmarks.run import main
+from creditgym.report import records
 from creditgym.trainers.checkpoint import MetricsLog
 
 SAMPLED = ["--env", "keydoor", "--model", "random", "--credit", "none", "--eval-episodes", "3"]

@@ -9,10 +9,11 @@ import dataclasses
 import json
 from pathlib import Path
 
-from creditgym.benchmarks import lock, records
+from creditgym.benchmarks import lock
 from creditgym.benchmarks.run_config import RunConfig
 from creditgym.benchmarks.run_eval import missing_episodes
 from creditgym.benchmarks.run_identity import hashed_name, method_config, run_identity, run_name
+from creditgym.report import records
 from tools.rename_run_folders import main, old_identity
 
 # An evaluation-only scripted run: naming it builds no model. K = 2, as every run prompted

@@ -34,8 +34,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from creditgym.benchmarks import records
 from creditgym.benchmarks import run as run_module
+from creditgym.report import records
 from tests.run_files import assert_same_run_files
 
 ITERATIONS = 3

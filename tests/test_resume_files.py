@@ -7,8 +7,8 @@ import shutil
 
 import pytest
 
-from creditgym.benchmarks import records
 from creditgym.benchmarks import run as run_module
+from creditgym.report import records
 from tests.run_files import assert_same_run_files
 
 ARGV = [

@@ -15,7 +15,6 @@ from creditgym.agents.episode import play_episode
 from creditgym.agents.models import build_tiny
 from creditgym.agents.tabular import TableAgent
 from creditgym.agents.trajectory import REWARD_CHANNELS, RewardChannel, Trajectory, outcome_channel
-from creditgym.benchmarks import leaderboard, records, study
 from creditgym.benchmarks.run import run
 from creditgym.benchmarks.run_config import RunConfig
 from creditgym.benchmarks.run_identity import run_name
@@ -25,6 +24,8 @@ from creditgym.credit.hcapo import HCAPO, HCAPOOptions
 from creditgym.credit.hindsight import HCAPO_WORDING, hindsight_block
 from creditgym.credit.oracle import Oracle
 from creditgym.measure.ground_truth import MDP_CHANNELS, TaskMDPs
+from creditgym.report import leaderboard, records
+from creditgym.report.study import comparisons
 from tests.credit_cases import scripted_trajectory, tokenised
 from tests.test_exact_hindsight import KEYDOOR, random_table
 from tests.test_leaderboard import made_up_run
@@ -188,7 +189,7 @@ def test_the_study_compares_rows_on_one_channel_and_never_an_oracle():
             for seed, value in enumerate(values)
         ]
     )
-    pairs = study.improvement_pairs(frame, "final_success", reps=200)
+    pairs = comparisons.improvement_pairs(frame, "final_success", reps=200)
     assert sorted(zip(pairs.x, pairs.y, strict=True)) == [
         ("grpo", "hcapo"),
         ("grpo on outcome", "hcapo on outcome"),

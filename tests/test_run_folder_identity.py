@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from creditgym.benchmarks import records
 from creditgym.benchmarks.run import main
+from creditgym.report import records
 
 SCRIPTED = ["--env", "keydoor", "--credit", "none", "--sample-group-size", "0"]
 RANDOM = [*SCRIPTED, "--model", "random", "--eval-episodes", "2"]

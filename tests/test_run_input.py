@@ -12,11 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from creditgym.benchmarks import records, run_eval, sweep
 from creditgym.benchmarks import run as run_module
+from creditgym.benchmarks import run_eval, sweep
 from creditgym.benchmarks.run import main, parse_config
 from creditgym.benchmarks.run_identity import method_config, run_name
 from creditgym.benchmarks.run_settings import env_kwargs_for, step_limit
+from creditgym.report import records
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPTED = ["--model", "random", "--credit", "none", "--sample-group-size", "0"]

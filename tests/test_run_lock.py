@@ -12,11 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from creditgym.benchmarks import lock, records, sweep
+from creditgym.benchmarks import lock, sweep
 from creditgym.benchmarks.credit_truth import main as credit_truth_main
 from creditgym.benchmarks.hindsight_ablation import main as ablation_main
 from creditgym.benchmarks.run_config import RunConfig
 from creditgym.benchmarks.run_identity import run_name
+from creditgym.report import records
 
 REPO = Path(__file__).resolve().parent.parent
 

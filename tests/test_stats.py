@@ -1,4 +1,4 @@
-"""benchmarks/stats.py's few-seed statistics against values worked out by hand: the
+"""report/stats.py's few-seed statistics against values worked out by hand: the
 Student-t interval, BCa from the exact bootstrap distribution, Holm's adjustment, TOST,
 the permutation tests, and the coverage of the headline interval at 5 seeds."""
 
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import scipy.stats
 
-from creditgym.benchmarks import stats
+from creditgym.report import stats
 
 # GRPO on KeyDoor delay 16, final success of seeds 0-4 (rounded): the issue's example.
 FIVE_SEEDS = np.array([[0.38], [0.14], [0.84], [0.12], [0.23]])

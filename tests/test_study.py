@@ -1,7 +1,8 @@
-"""The study report (benchmarks/study.py, benchmarks/stats.py) on run folders written by
-hand, with answers worked out by hand: curve area, rollouts to a threshold (a run that
-never reaches it is slower than any that does), the zero-variance prediction, intervals
-and the probability of improvement."""
+"""The study report (benchmarks/study.py, report/study/, report/stats.py) on run folders
+written by hand, with answers worked out by hand: curve area, rollouts to a threshold (a
+run that never reaches it is slower than any that does), the zero-variance prediction,
+intervals, the probability of improvement, and a statistic added as one entry of the
+table of statistics."""
 
 from __future__ import annotations
 
@@ -11,8 +12,21 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from creditgym.benchmarks import records, stats, study
-from creditgym.benchmarks.stats import Interval
+from creditgym.benchmarks import study
+from creditgym.report import records, stats
+from creditgym.report.stats import Interval
+from creditgym.report.study import summary
+from creditgym.report.study.comparisons import (
+    ceiling_pairs,
+    confirmatory,
+    exact_pairs,
+    horizon_trends,
+    improvement_pairs,
+    verdicts,
+)
+from creditgym.report.study.plan import plan_costs, plan_pairs
+from creditgym.report.study.rows import method_name, run_row, runs_table
+from creditgym.report.study.summary import task_summary
 
 ENV_ID = "creditgym/KeyDoor-v0"
 
@@ -106,7 +120,7 @@ def test_a_runs_line_has_the_area_the_thresholds_and_the_prediction_worked_out_b
     points = records.curve_points(run)
     assert [p.rollouts for p in points] == [0, 32, 64, 96]
     assert [p.train_seconds for p in points] == [0.0, 10.0, 20.0, 30.0]
-    row = study.run_row(run)
+    row = run_row(run)
     # Trapezoids over 32 rollouts each: (0 + .5)/2 + (.5 + 1)/2 + (1 + 1)/2 = 2.0, over 3 widths.
     assert row["auc"] == pytest.approx(2.0 / 3)
     assert (row["rollouts_to_50"], row["seconds_to_50"]) == (32, 10.0)
@@ -119,13 +133,35 @@ def test_a_runs_line_has_the_area_the_thresholds_and_the_prediction_worked_out_b
     assert row["zero_std_groups"] == 0.25
 
 
+def test_a_statistic_added_as_one_entry_is_computed_and_printed(tmp_path, monkeypatch):
+    # The recipe of docs/extending.md, "Adding a statistic": one entry of STATISTICS, and
+    # study.md's per-task table gains its column with the value worked out by hand.
+    runs = tmp_path / "runs"
+    for seed, success in enumerate((1, 2, 4)):  # final success 25, 50, 100 %
+        write_run(runs, f"g{seed}", seed, "grpo", [0.0, 0.5, 1.0], success)
+    median = summary.Statistic(
+        "median final success",
+        lambda rows, reps: {"final_success_median": float(rows.final_success.median())},
+        (summary.Column("median %", lambda row: f"{100 * row.final_success_median:.1f}"),),
+    )
+    monkeypatch.setattr(summary, "STATISTICS", (*summary.STATISTICS, median))
+    out = tmp_path / "report"
+    assert study.main(["--runs", str(runs), "--out", str(out), "--reps", "200"]) == 0
+    table = [line for line in (out / "study.md").read_text().splitlines() if "| grpo |" in line]
+    header = next(
+        line for line in (out / "study.md").read_text().splitlines() if "| method |" in line
+    )
+    assert header.endswith("| median train s to 80 % | median % |")
+    assert table[0].startswith("| grpo | 3 |") and table[0].endswith("| 50.0 |")
+
+
 def test_a_run_that_never_reaches_a_threshold_is_slower_than_any_that_does(tmp_path):
     write_run(tmp_path, "a", seed=0, credit="grpo", curve=[0.0, 0.2, 0.9, 1.0], success=4)
     write_run(tmp_path, "b", seed=1, credit="grpo", curve=[0.0, 0.1, 0.2, 0.3], success=1)
     write_run(tmp_path, "c", seed=2, credit="grpo", curve=[0.0, 0.1, 0.2, 0.3], success=1)
-    frame = study.runs_table(records.load_runs(tmp_path))
+    frame = runs_table(records.load_runs(tmp_path))
     assert frame.rollouts_to_80.tolist()[0] == 64 and frame.rollouts_to_80.isna().sum() == 2
-    (line,) = study.task_summary(frame, reps=200).itertuples(index=False)
+    (line,) = task_summary(frame, reps=200).itertuples(index=False)
     assert line.reached_80 == "1/3"
     # Two of three never reach 80 %: the median seed never reaches it.
     assert line.median_rollouts_to_80 is None
@@ -193,13 +229,13 @@ def test_iqm_is_the_mean_of_the_middle_half():
 
 def test_row_names_keep_conventions_options_and_trainers_apart():
     base = {"credit": "hcapo", "trainer": "policy_gradient"}
-    assert study.method_name(base) == "hcapo"
-    assert study.method_name({**base, "credit_options": []}) == "hcapo"
+    assert method_name(base) == "hcapo"
+    assert method_name({**base, "credit_options": []}) == "hcapo"
     options = {**base, "credit_options": ["gamma=1", "do_no_harm=false"]}
-    assert study.method_name(options) == "hcapo [do_no_harm=false gamma=1]"
+    assert method_name(options) == "hcapo [do_no_harm=false gamma=1]"
     verl = {"credit": "gigpo", "trainer": "policy_gradient", "credit_convention": "verl-agent"}
-    assert study.method_name(verl) == "gigpo (verl-agent)"
-    assert study.method_name({**base, "trainer": "sft"}) == "sft+hcapo"
+    assert method_name(verl) == "gigpo (verl-agent)"
+    assert method_name({**base, "trainer": "sft"}) == "sft+hcapo"
 
 
 def test_verdicts_adjust_the_confirmatory_family_and_call_ties_only_by_tost():
@@ -210,7 +246,7 @@ def test_verdicts_adjust_the_confirmatory_family_and_call_ties_only_by_tost():
             "p_x_beats_y": Interval(p_x_beats_y, 0.0, 1.0),
             "p_difference": p_diff,
             "p_equivalence": p_equiv,
-            "confirmatory": study.confirmatory(x, y),
+            "confirmatory": confirmatory(x, y),
         }
 
     rows = [
@@ -221,7 +257,7 @@ def test_verdicts_adjust_the_confirmatory_family_and_call_ties_only_by_tost():
         pair("hcapo [do_no_harm=false]", 0.04, 0.9, p_x_beats_y=0.2),
         pair("sft+gigpo", float("nan"), float("nan")),
     ]
-    judged = study.verdicts(pd.DataFrame(rows))
+    judged = verdicts(pd.DataFrame(rows))
     # Holm over the four confirmatory differences .01 .04 .03 .6: x4 = .04, x3 = .09,
     # x2 = .08 -> .09, x1 = .6; equivalences .9 .9 .9 .01: .01 x4 = .04, the rest 1.
     assert judged.p_difference.tolist()[:4] == pytest.approx([0.04, 0.09, 0.09, 0.6])
@@ -256,7 +292,7 @@ def test_horizon_trends_call_a_fall_only_when_the_adjusted_test_does():
                     "final_success": 0.5 + 0.01 * ((seed + horizon) % 5),
                 }
             )
-    trends = study.horizon_trends(pd.DataFrame(rows)).set_index("method")
+    trends = horizon_trends(pd.DataFrame(rows)).set_index("method")
     # grpo: no pair ascends, J = 0 of E[J] = 37.5; a random deal as extreme is 2 in
     # 756,756, so p = 1 / 20,001, x2 for Holm over the table's two tests.
     assert trends.loc["grpo", "trend"].statistic == 0.0
@@ -268,10 +304,10 @@ def test_horizon_trends_call_a_fall_only_when_the_adjusted_test_does():
 
 
 def test_the_confirmatory_family_is_default_modules_against_grpo():
-    assert study.confirmatory("gigpo", "grpo") and study.confirmatory("grpo", "hcapo")
-    assert not study.confirmatory("gigpo", "hcapo")
-    assert not study.confirmatory("grpo", "hcapo [do_no_harm=false]")
-    assert not study.confirmatory("grpo", "sft+grpo")
+    assert confirmatory("gigpo", "grpo") and confirmatory("grpo", "hcapo")
+    assert not confirmatory("gigpo", "hcapo")
+    assert not confirmatory("grpo", "hcapo [do_no_harm=false]")
+    assert not confirmatory("grpo", "sft+grpo")
 
 
 def test_the_header_names_the_sweep_config_given(tmp_path):
@@ -344,7 +380,7 @@ def test_runs_of_one_task_at_two_budgets_are_named_apart_and_compared_within_one
     write_run(runs, "o9", 0, "oracle", curve, 4, steps=9)
     write_run(runs, "g3", 0, "grpo", curve, 1)
     write_run(runs, "g16", 0, "grpo", curve, 1, delay=16, steps=9)
-    frame = study.runs_table(records.load_runs(tmp_path / "runs"))
+    frame = runs_table(records.load_runs(tmp_path / "runs"))
     assert dict(zip(frame.run, frame.method, strict=True)) == {
         "o3": "oracle (3 iterations)",
         "o9": "oracle (9 iterations)",
@@ -377,7 +413,7 @@ def test_runs_of_one_task_in_two_precisions_never_share_a_row(tmp_path):
         write_run(runs, f"h{seed}", seed, "hcapo", curve, 3, dtype="bfloat16-products")
     write_run(runs, "g2", 2, "grpo", curve, 1)  # float32
     write_run(runs, "g16", 0, "grpo", curve, 1, delay=16)
-    frame = study.runs_table(records.load_runs(runs))
+    frame = runs_table(records.load_runs(runs))
     assert dict(zip(frame.run, frame.method, strict=True)) == {
         "g0": "grpo (bfloat16-products)",
         "g1": "grpo (bfloat16-products)",
@@ -404,7 +440,7 @@ def test_oracle_rows_meet_grpo_only_on_their_channel_as_exploratory_ceilings():
         ("hcapo_exact on outcome", "hcapo_exact", "outcome", True): [1.0, 0.95, 1.0, 0.9],
     }
     frame = two_delay_frame(successes)
-    ceilings = study.ceiling_pairs(frame, "final_success", reps=200)
+    ceilings = ceiling_pairs(frame, "final_success", reps=200)
     # each oracle against GRPO on its own channel: pooled over the env, then per task
     assert list(zip(ceilings.env, ceilings.x, ceilings.y, strict=True)) == [
         (scope, x, y)
@@ -418,7 +454,7 @@ def test_oracle_rows_meet_grpo_only_on_their_channel_as_exploratory_ceilings():
     exact = ceilings[(ceilings.x == "hcapo_exact on outcome") & (ceilings.env == "KeyDoor-v0")]
     assert exact.iloc[0].verdict == "exploratory: tie (within ±10 points)"
     # oracles stay out of the ranked pairs
-    pairs = study.improvement_pairs(frame, "final_success", reps=200)
+    pairs = improvement_pairs(frame, "final_success", reps=200)
     assert set(pairs.x) | set(pairs.y) == {"grpo", "hcapo"}
 
 
@@ -435,15 +471,15 @@ def test_a_pair_is_compared_at_the_seeds_both_ran():
             for seed, value in enumerate(runs)
         ]
     )
-    pair = study.improvement_pairs(frame, "final_success", reps=200).iloc[0]
+    pair = improvement_pairs(frame, "final_success", reps=200).iloc[0]
     assert pair.seeds == 3
     assert pair.difference.value == pytest.approx(-0.3)  # 0.6 - 0.9: grpo's 0.0 left out
 
 
 def test_a_module_named_by_path_is_shown_by_its_own_name():
     config = {"credit": "credit.exact_source:HCAPOExact", "trainer": "policy_gradient"}
-    assert study.method_name(config) == "hcapo_exact"
-    assert study.method_name({**config, "reward_channel": "outcome"}) == "hcapo_exact on outcome"
+    assert method_name(config) == "hcapo_exact"
+    assert method_name({**config, "reward_channel": "outcome"}) == "hcapo_exact on outcome"
 
 
 def test_the_report_reads_each_pair_seed_by_seed_apart_from_its_verdicts(tmp_path):
@@ -495,7 +531,7 @@ def pilot_frame() -> pd.DataFrame:
 
 
 def test_plan_sizes_each_confirmatory_pair_from_its_per_seed_differences():
-    pairs = study.plan_pairs(pilot_frame())
+    pairs = plan_pairs(pilot_frame())
     assert set(zip(pairs.x, pairs.channel, pairs.endpoint, strict=True)) == {
         ("hcapo", "return", "final"),
         ("hcapo", "return", "AUC"),
@@ -513,7 +549,7 @@ def test_plan_sizes_each_confirmatory_pair_from_its_per_seed_differences():
     # AUC is half of each value here: half the SD, fewer seeds.
     auc = pairs[pairs.endpoint == "AUC"].iloc[0]
     assert auc.sd_difference == pytest.approx(final.sd_difference / 2)
-    costs = study.plan_costs(pilot_frame(), pairs).iloc[0]
+    costs = plan_costs(pilot_frame(), pairs).iloc[0]
     # 9 seeds of grpo (60 s) and hcapo (120 s): 9 * 180 s = 0.45 run-hours.
     assert (costs.seeds_10, costs.rows) == (9, 2)
     assert costs.hours_10 == pytest.approx(0.45)
@@ -524,9 +560,9 @@ def test_plan_never_asks_fewer_seeds_than_the_pilot_ran():
     frame = frame[frame.channel == "return"].copy()
     for column in ("final_success", "auc"):
         frame.loc[frame.form == "hcapo", column] = frame[frame.form == "grpo"][column].to_numpy()
-    pairs = study.plan_pairs(frame)
+    pairs = plan_pairs(frame)
     assert (pairs.seeds_10 == 2).all()  # no spread in the differences
-    assert study.plan_costs(frame, pairs).iloc[0].seeds_10 == 4
+    assert plan_costs(frame, pairs).iloc[0].seeds_10 == 4
 
 
 def test_plan_without_a_pilot_is_one_line_exit_2(tmp_path, capsys):
@@ -547,7 +583,7 @@ def test_exact_hindsight_rows_meet_each_other_on_their_channel_as_exploratory_pa
         ("hca", "hca", "return", True): [0.5] * 4,
     }
     frame = two_delay_frame(successes)
-    formulas = study.exact_pairs(frame, "final_success", reps=200)
+    formulas = exact_pairs(frame, "final_success", reps=200)
     # One pair (the outcome row has no partner on its channel; hca is no exact class),
     # pooled over the env, then per task.
     assert list(zip(formulas.env, formulas.x, formulas.y, strict=True)) == [

@@ -47,10 +47,11 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from creditgym.benchmarks import lock, records
+from creditgym.benchmarks import lock
 from creditgym.benchmarks.cli import UsageError
 from creditgym.benchmarks.run_config import RunConfig
 from creditgym.benchmarks.run_identity import hashed_name, method_config, run_identity, run_name
+from creditgym.report import records
 
 REPO = Path(__file__).resolve().parent.parent
 RUN_FIELDS = {spec.name: spec for spec in dataclasses.fields(RunConfig)}

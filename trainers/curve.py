@@ -13,7 +13,7 @@ not the task draw's). The point is taken from the weights after iteration k, bef
 iteration k + 1 starts; a resumed run keeps the points up to its checkpoint and takes the
 rest again, so a killed-and-resumed run writes the curve an uninterrupted one writes.
 Rollouts used and training seconds at a point are read from `metrics.jsonl` by the
-reporting side (`benchmarks/records.py`), which owns those clocks. Periodic evaluation
+reporting side (`report/records.py`), which owns those clocks. Periodic evaluation
 at a validation temperature of 0.4 follows GiGPO (arXiv 2505.10978).
 """
 

@@ -35,11 +35,12 @@ from pathlib import Path
 import torch
 
 from creditgym.agents.precision import cpu_features
-from creditgym.benchmarks import common, records
+from creditgym.benchmarks import common
 from creditgym.benchmarks.cli import run_script
 from creditgym.benchmarks.perf.timing import machine_state
 from creditgym.benchmarks.run import parse_config, starting_policy
 from creditgym.benchmarks.run_train import build_trainer
+from creditgym.report import records
 from creditgym.trainers.policy_gradient import distinct_steps
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
