@@ -73,17 +73,19 @@ def short_name(env_id: str) -> str:
     return info.short_name if info is not None else env_id.split("/")[-1]
 
 
-def env_options(pairs: Sequence[str], flag: str = "--env-options") -> dict[str, Any]:
-    """`key=value` pairs -> env constructor kwargs (`envs.parse_env_options`: values read
-    as JSON, else as text). The step limit has its own option everywhere, so `max_steps`
-    is refused here."""
+def env_options(
+    env_id: str, pairs: str | Sequence[str], flag: str = "--env-options"
+) -> envs.EnvOptions:
+    """`key=value` texts -> the options of registered `env_id`, parsed by its declared
+    options class (`EnvInfo.options`); a bad text is one UsageError line. The step limit
+    has its own option everywhere, so `max_steps` is refused here."""
+    texts = pairs.split() if isinstance(pairs, str) else pairs
+    if any(text.partition("=")[0].strip() == "max_steps" for text in texts):
+        raise UsageError(f"the step limit is --max-episode-steps, not {flag} max_steps")
     try:
-        options = envs.parse_env_options(pairs)
+        return envs.parse_env_options(env_id, texts)
     except ValueError as error:
         raise UsageError(f"{flag}: {error}") from error
-    if "max_steps" in options:
-        raise UsageError(f"the step limit is --max-episode-steps, not {flag} max_steps")
-    return options
 
 
 def load_policy(

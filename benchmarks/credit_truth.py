@@ -42,7 +42,7 @@ matplotlib.use("Agg")  # files only
 import matplotlib.pyplot as plt
 import tyro
 
-from creditgym import credit
+from creditgym import credit, envs
 from creditgym.agents.models import LoadedModel
 from creditgym.benchmarks import common, lock
 from creditgym.benchmarks.cli import UsageError, exit_on_usage_error, lookup
@@ -74,13 +74,14 @@ class CreditTruthArgs:
     model: str = "smollm2-135m"
     """Policy: a model name (smollm2-135m, tiny), a local folder, or `uniform` (the
     uniform table policy, no model)."""
-    sweep_kwarg: str = "delay"
-    """Env option swept along the x axis (KeyDoor: delay; Umbrella: length)."""
+    sweep_kwarg: str | None = None
+    """Env option swept along the x axis; unset: the env's horizon option
+    (`EnvInfo.horizon_option`: KeyDoor's delay, Umbrella's length)."""
     sweep: tuple[int, ...] = (1, 2, 4)
     """Values of the swept option."""
     env_kwargs: tuple[str, ...] = ()
-    """Further env options as key=value (values read as JSON, else as text, as
-    `creditgym run`'s --env-options), e.g. variance=high."""
+    """Further env options as key=value, the env's declared options (`EnvInfo.options`,
+    as `creditgym run`'s --env-options), e.g. variance=high."""
     tasks: int = 2
     """Distinct tasks (each needs its own ground truth); groups cycle through them."""
     pool: int = 256
@@ -118,10 +119,26 @@ class CreditTruthArgs:
         )
 
 
-def parse_kwargs(pairs: Sequence[str]) -> dict[str, Any]:
+def parse_kwargs(env_id: str, pairs: Sequence[str]) -> dict[str, Any]:
     """`("variance=high", "num_objects=2")` -> {"variance": "high", "num_objects": 2}
     (`benchmarks.common.env_options`, the one parser of env options)."""
-    return common.env_options(pairs, "--env-kwargs")
+    return common.env_options(env_id, pairs, "--env-kwargs").kwargs()
+
+
+def swept_option(args: CreditTruthArgs, env_id: str) -> str:
+    """--sweep-kwarg, else the env's horizon option; UsageError where it is none of the
+    env's options or a swept value is out of its range."""
+    options = envs.ENVS[env_id].options
+    name = args.sweep_kwarg or envs.ENVS[env_id].horizon_option
+    if name is None:
+        raise UsageError(f"{env_id} has no horizon option: name one with --sweep-kwarg")
+    lookup(f"option of {env_id}", name, {option: option for option in options.names()})
+    for value in args.sweep:
+        try:
+            options(**{name: value})
+        except ValueError as error:
+            raise UsageError(f"--sweep: {error}") from None
+    return name
 
 
 def validate(args: CreditTruthArgs) -> tuple[str, list[str]]:
@@ -131,7 +148,8 @@ def validate(args: CreditTruthArgs) -> tuple[str, list[str]]:
         check_finite_mdp(env_id)
     except PoolError as error:
         raise UsageError(str(error)) from None
-    parse_kwargs(args.env_kwargs)
+    parse_kwargs(env_id, args.env_kwargs)
+    swept_option(args, env_id)
     names = sorted(credit.REGISTRY) if args.credit == "all" else args.credit.split(",")
     for name in names:
         lookup("credit module", name, credit.REGISTRY)
@@ -306,6 +324,9 @@ def finished_rows(
             before = tyro.cli(CreditTruthArgs, args=shlex.split(found.group(1)))
         except SystemExit as error:
             raise ValueError("its .md records a command that no longer parses") from error
+        before = dataclasses.replace(
+            before, sweep_kwarg=swept_option(before, common.env_id(before.env))
+        )
         with open(table, newline="", encoding="utf-8") as handle:
             stored = list(csv.DictReader(handle))
         by_value: dict[int, dict[str, dict[str, Any]]] = {}
@@ -339,7 +360,9 @@ def finished_rows(
 def run(args: CreditTruthArgs, argv: Sequence[str]) -> Path:
     """Ground truth, pool and module scores for every swept value; writes the outputs."""
     env_id, names = validate(args)
-    extra_kwargs = parse_kwargs(args.env_kwargs)
+    # The swept option resolved once: everything below reads it from `args`.
+    args = dataclasses.replace(args, sweep_kwarg=swept_option(args, env_id))
+    extra_kwargs = parse_kwargs(env_id, args.env_kwargs)
     if args.model == UNIFORM:
         skipped = [n for n in names if credit.resolve(n).needs_policy]
         names = [n for n in names if n not in skipped]

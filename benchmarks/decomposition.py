@@ -58,7 +58,7 @@ from typing import Any
 
 import numpy as np
 
-from creditgym import credit
+from creditgym import credit, envs
 from creditgym.agents.atomic import DamagedFileError, atomic_write_text
 from creditgym.agents.models import LoadedModel
 from creditgym.agents.trajectory import REWARD_CHANNELS
@@ -66,6 +66,7 @@ from creditgym.benchmarks import common, lock
 from creditgym.benchmarks.cli import UsageError, exit_on_usage_error
 from creditgym.credit.base import build
 from creditgym.credit.exact_source import EXACT_CLASSES, EXACT_OPTIONS
+from creditgym.envs.options import EnvOptions
 from creditgym.measure.decomposition import agreement_row, calibration, calibration_row, on_channel
 from creditgym.measure.ground_truth import TaskMDPs
 from creditgym.measure.pools import (
@@ -128,25 +129,31 @@ class Setting:
 
     label: str
     env: str
-    kwargs: Mapping[str, Any]
+    options: EnvOptions
+
+    @property
+    def kwargs(self) -> dict[str, Any]:
+        """The env's constructor kwargs: its options off their defaults."""
+        return self.options.kwargs()
 
 
 def parse_setting(text: str) -> Setting:
-    """`keydoor:delay=4` -> Setting("keydoor:delay=4", "keydoor", {"delay": 4})."""
+    """`keydoor:delay=4` -> Setting("keydoor:delay=4", "keydoor", KeyDoorOptions(delay=4))."""
     env, sep, options = text.partition(":")
     if not sep or not env or not options:
         raise UsageError(f"--settings takes env:key=value[,key=value], got {text!r}")
-    return Setting(text, env, common.env_options(options.split(","), "--settings"))
+    env_id = common.env_id(env)
+    return Setting(text, env, common.env_options(env_id, options.split(","), "--settings"))
 
 
 def pool_option(setting: Setting) -> tuple[str, int]:
-    """The setting's first option and its integer value, which seeds the pool."""
-    key, value = next(iter(setting.kwargs.items()))
-    if not isinstance(value, int):
-        raise UsageError(
-            f"{setting.label}: the first option must be an integer (it seeds the pool)"
-        )
-    return key, value
+    """The setting's horizon option (`EnvInfo.horizon_option`) and its value, which seeds
+    the pool."""
+    info = envs.ENVS[setting_env_id(setting)]
+    value = info.horizon(setting.options)
+    if info.horizon_option is None or value is None:
+        raise UsageError(f"{setting.label}: the env has no horizon option to seed the pool")
+    return info.horizon_option, value
 
 
 def pool_settings(args: DecompositionArgs, pool: int) -> PoolSettings:

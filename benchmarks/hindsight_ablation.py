@@ -184,7 +184,7 @@ def collect_policy(args: AblationArgs, env_id: str, policy: LoadedModel) -> Coll
         num_envs=8,
         seed=args.seed,
     )
-    env_kwargs = common.env_options(args.env_kwargs, "--env-kwargs")
+    env_kwargs = common.env_options(env_id, args.env_kwargs, "--env-kwargs").kwargs()
     try:
         task_truths, truths = draw_task_truths(env_id, env_kwargs, policy, settings)
         seed = ROLLOUT_SEED_BASE * (args.seed + 1)

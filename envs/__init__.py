@@ -11,9 +11,15 @@ envs/seeding.py).
 Each env owns its step limit (`max_steps`) so that it can report `truncated` with final
 feedback instead of being cut silently by a TimeLimit wrapper; its `EnvInfo` (splits,
 default step limit, training kwargs, task-type key, prompt intro, finite-MDP flag, what
-`small`'s tokenizer corpus takes from it, task families) is declared here, beside it.
+`small`'s tokenizer corpus takes from it, task families, its options class) is declared
+here, beside it. Each env's options (what `--env-options` may set) are one frozen
+dataclass in its folder's `options.py` (ALFWorld's: envs/alfworld_options.py).
 """
 
+from creditgym.envs.alfworld_options import ALFWorldOptions
+from creditgym.envs.code.options import CodeExecOptions
+from creditgym.envs.keydoor.options import KeyDoorOptions
+from creditgym.envs.options import EnvOptions
 from creditgym.envs.registry import (
     ENVS,
     DataFingerprint,
@@ -21,10 +27,13 @@ from creditgym.envs.registry import (
     EvalSplit,
     TaskFamilies,
     data_fingerprint,
+    env_options_help,
     parse_env_options,
     register_env,
     short_names,
 )
+from creditgym.envs.sysdiag.options import SysDiagOptions
+from creditgym.envs.umbrella.options import UmbrellaOptions
 
 # Seeded random-agent episodes each env gives `small`'s tokenizer corpus (EnvInfo's
 # `tokenizer_episodes`; the committed agents/small_tokenizer_v1.json was trained on
@@ -47,6 +56,7 @@ register_env(
         task_families=TaskFamilies(
             kwarg="faults", names="creditgym.envs.sysdiag.faults:FAULT_FAMILIES"
         ),
+        options=SysDiagOptions,
     ),
     entry_point="creditgym.envs.sysdiag.env:SysDiagEnv",
 )
@@ -67,6 +77,7 @@ register_env(
         # official data) takes part in the run identity.
         data_fingerprint="creditgym.envs.alfworld.data:data_fingerprint",
         intro="You are an expert agent operating in the ALFRED embodied household environment.",
+        options=ALFWorldOptions,
         # Not in the tokenizer corpus: its games are generated on first use (about a
         # minute on an idle 2-core machine, over ten minutes under load); its text still
         # encodes, in more tokens.
@@ -85,6 +96,7 @@ register_env(
             "`write` followed by a ```python code block, `run`, `test`, or `submit`."
         ),
         tokenizer_episodes=TOKENIZER_EPISODES,
+        options=CodeExecOptions,
     ),
     entry_point="creditgym.envs.code.env:CodeExecEnv",
 )
@@ -106,6 +118,7 @@ register_env(
         finite_mdp=True,
         tokenizer_episodes=TOKENIZER_EPISODES,
         horizon_option="delay",
+        options=KeyDoorOptions,
     ),
     entry_point="creditgym.envs.keydoor.env:KeyDoorEnv",
 )
@@ -128,6 +141,7 @@ register_env(
         finite_mdp=True,
         tokenizer_episodes=TOKENIZER_EPISODES,
         horizon_option="length",
+        options=UmbrellaOptions,
     ),
     entry_point="creditgym.envs.umbrella.env:UmbrellaEnv",
 )
@@ -140,9 +154,11 @@ __all__ = [
     "SHORT_NAMES",
     "DataFingerprint",
     "EnvInfo",
+    "EnvOptions",
     "EvalSplit",
     "TaskFamilies",
     "data_fingerprint",
+    "env_options_help",
     "parse_env_options",
     "register_env",
 ]

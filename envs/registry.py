@@ -9,20 +9,23 @@ itself as a finite MDP, what `small`'s tokenizer corpus takes from it, its task 
 and, for an env that plays data from outside the code (ALFWorld's game files), which data
 it plays. Nothing outside envs/ tests an env's id or short name: it reads these facts.
 
-Env options given on a command line (`key=value`) are parsed by `parse_env_options`,
-the one parser every entry point uses.
+An env's options (the constructor keywords a run may set, `--env-options key=value`) are
+declared once, by its options class (`EnvInfo.options`, an `envs.options.EnvOptions`):
+`parse_env_options` is the one parser every entry point uses, and a run's identity is
+built from `EnvOptions.canonical`.
 """
 
 from __future__ import annotations
 
 import importlib
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
 import gymnasium
+
+from creditgym.envs.options import EnvOptions, NoEnvOptions
 
 
 @dataclass(frozen=True)
@@ -107,9 +110,11 @@ class EnvInfo:
             still encodes, in more tokens). Changing it means rebuilding the tokenizer.
         task_families: the named task families a run can restrict itself to (`--faults`),
             None where the env has none.
-        horizon_option: the constructor option that sets how far credit must travel (a
-            credit instrument's delay or length: the x axis of benchmarks.study's
+        horizon_option: the option (a field of `options`) that sets how far credit must
+            travel (a credit instrument's delay or length: the x axis of the study's
             credit-vs-horizon figure), None where no single option does.
+        options: the env's options class: every constructor keyword a run may set with
+            `--env-options`, with its type, default, help and range (envs/options.py).
     """
 
     id: str
@@ -127,6 +132,12 @@ class EnvInfo:
     tokenizer_episodes: int = 0
     task_families: TaskFamilies | None = None
     horizon_option: str | None = None
+    options: type[EnvOptions] = NoEnvOptions
+
+    def horizon(self, options: EnvOptions) -> int | None:
+        """The value of `horizon_option` in `options` (its default where unset); None
+        where the env has no horizon option."""
+        return None if self.horizon_option is None else getattr(options, self.horizon_option)
 
 
 ENVS: dict[str, EnvInfo] = {}
@@ -141,6 +152,10 @@ def register_env(info: EnvInfo, entry_point: str) -> None:
     """
     if info.tokenizer_episodes < 0:
         raise ValueError(f"{info.id}: tokenizer_episodes must be >= 0")
+    if not issubclass(info.options, EnvOptions):
+        raise ValueError(f"{info.id}: options must be an envs.options.EnvOptions subclass")
+    if info.horizon_option is not None and info.horizon_option not in info.options.names():
+        raise ValueError(f"{info.id}: horizon_option {info.horizon_option!r} is no option")
     gymnasium.register(id=info.id, entry_point=entry_point, kwargs={})
     ENVS[info.id] = EnvInfo(
         **{
@@ -166,21 +181,33 @@ def data_fingerprint(env_id: str, env_kwargs: Mapping[str, Any]) -> DataFingerpr
     return getattr(importlib.import_module(module), function)(env_kwargs)
 
 
-def parse_env_options(pairs: Sequence[str]) -> dict[str, Any]:
-    """Env constructor options from `key=value` pairs; each value is read as JSON, else
-    kept as text: `("delay=16", "variance=high", "noisy=true")` ->
-    `{"delay": 16, "variance": "high", "noisy": True}`.
+def parse_env_options(env_id: str, texts: str | Sequence[str]) -> EnvOptions:
+    """The options of registered `env_id` from `key=value` texts (one string is split on
+    whitespace), by its `EnvInfo.options`: `("delay=16", "variance=high")` ->
+    `KeyDoorOptions(delay=16, variance="high")`.
 
     Raises:
-        ValueError: a pair without `=` or whose key is not a Python identifier (one line).
+        ValueError: one line naming the env: a text without `=`, a key the env does not
+            declare (its options listed), a key given twice, a value its type or range
+            refuses.
     """
-    options: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, text = pair.partition("=")
-        if not sep or not key.isidentifier():
-            raise ValueError(f"env options are key=value pairs (got {pair!r})")
-        try:
-            options[key] = json.loads(text)
-        except json.JSONDecodeError:
-            options[key] = text
-    return options
+    try:
+        return ENVS[env_id].options.parse(texts)
+    except ValueError as error:
+        raise ValueError(f"{env_id}: {error}") from None
+
+
+def env_options_help() -> str:
+    """The help of `--env-options`: per registered env, each option as
+    `key=default (how it is written): help`, from its `EnvInfo.options`."""
+    lines = [
+        "Options of the env as key=value, e.g. `--env-options delay=16 variance=high` "
+        "(keydoor). They choose the task: named ones enter the run's identity, parsed, off "
+        "their defaults and in the env's order (`variance=high delay=16` and `delay=16 "
+        "variance=high num_keys=1` are one run); the step limit, when unset, is the env's "
+        "own default for them. Per env:"
+    ]
+    for info in ENVS.values():
+        lines.append(f"{info.short_name}:")
+        lines.append(info.options.help())
+    return "\n".join(lines)

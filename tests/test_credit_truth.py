@@ -419,7 +419,13 @@ def test_credit_truth_command_writes_table_and_plot(tmp_path, capsys):
 
 @pytest.mark.parametrize(
     "argv",
-    [["--env", "keydor"], ["--credit", "grpo,nope"], ["--env", "umbrella"], ["--pool", "12"]],
+    [
+        ["--env", "keydor"],
+        ["--credit", "grpo,nope"],
+        ["--env", "umbrella", "--sweep-kwarg", "delay"],
+        ["--sweep", "-1"],
+        ["--pool", "12"],
+    ],
 )
 def test_credit_truth_usage_errors_are_one_line_exit_2(argv, capsys):
     assert credit_truth_main([*argv, "--model", "uniform", "--out", "/tmp/unused"]) == 2

@@ -20,7 +20,7 @@ from gymnasium.utils.env_checker import check_env
 
 from creditgym import envs  # noqa: F401  (registers the creditgym/ ids)
 from creditgym.benchmarks.run import main as run_main
-from creditgym.envs.registry import ENVS, GENERIC_INTRO, EnvInfo, parse_env_options, register_env
+from creditgym.envs.registry import ENVS, GENERIC_INTRO, EnvInfo, register_env
 from creditgym.report import records
 from tests.doc_recipes import check_entry_point, docs_section, documented_file, documented_module
 from tests.registry_kwargs import OPTION_KWARGS, registry_kwargs_for
@@ -198,22 +198,14 @@ def test_a_bumped_env_keeps_the_intro_it_registers() -> None:
         ENVS.pop(bumped, None)
 
 
-def test_env_options_are_parsed_one_way_json_values_else_text() -> None:
-    parsed = parse_env_options(["delay=16", "variance=high", "noisy=true", "scale=0.5"])
-    assert parsed == {"delay": 16, "variance": "high", "noisy": True, "scale": 0.5}
-    for bad in ("delay", "=3", "two words=1"):
-        with pytest.raises(ValueError, match="key=value"):
-            parse_env_options([bad])
-
-
 def test_the_entry_points_share_the_env_option_parser(capsys) -> None:
     from creditgym.benchmarks import credit_truth
-    from creditgym.benchmarks.run_config import RunConfig
-    from creditgym.benchmarks.run_settings import env_options
+    from creditgym.benchmarks.run import RunConfig, resolve
 
     pairs = ("delay=2", "variance=high")
-    assert credit_truth.parse_kwargs(pairs) == env_options(RunConfig(env_options=pairs))
-    assert credit_truth.parse_kwargs(pairs) == {"delay": 2, "variance": "high"}
+    plan = resolve(RunConfig(env="keydoor", env_options=pairs))
+    assert credit_truth.parse_kwargs("creditgym/KeyDoor-v0", pairs) == plan.env_options.kwargs()
+    assert plan.env_options.kwargs() == {"delay": 2, "variance": "high"}
     argv = ["--env", "sysdiag", "--model", "uniform", "--out", "/nonexistent"]
     assert credit_truth.main(argv) == 2
     assert "does not describe itself as a finite MDP" in capsys.readouterr().err

@@ -16,8 +16,11 @@ from creditgym.agents.episode import play_episode
 from creditgym.credit.policy_evaluation import evaluate_policy, reachable_states
 from creditgym.envs import ENVS
 from creditgym.envs.keydoor.dynamics import APPLE_REWARDS, DOOR_REWARD, EAT, KEY, OPEN, WAIT
-from creditgym.envs.keydoor.env import DEFAULT_DELAY, KeyDoorEnv
+from creditgym.envs.keydoor.env import KeyDoorEnv
+from creditgym.envs.keydoor.options import KeyDoorOptions
 from creditgym.measure.ground_truth import OutcomeMDP
+
+DEFAULT_DELAY = KeyDoorOptions().delay
 
 SEEDS = range(200)
 

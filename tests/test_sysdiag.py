@@ -9,8 +9,9 @@ import pytest
 from creditgym import envs  # noqa: F401  (registers creditgym/SysDiag-v0)
 from creditgym.agents.base import ExpertAgent, RandomAgent
 from creditgym.agents.episode import play_episode
-from creditgym.envs.sysdiag.env import REBOOT_REWARD, STEP_COST, SUCCESS_REWARD, SysDiagEnv
+from creditgym.envs.sysdiag.env import STEP_COST, SysDiagEnv
 from creditgym.envs.sysdiag.faults import FAULT_FAMILIES
+from creditgym.envs.sysdiag.options import SUCCESS_REWARD, SysDiagOptions
 
 SEEDS = range(200)
 
@@ -91,7 +92,10 @@ def test_different_instances_differ() -> None:
 
 @pytest.mark.parametrize(
     ("family", "expected_reward"),
-    [(name, REBOOT_REWARD if cls.REBOOT_CLEARS else 0.0) for name, cls in FAULT_FAMILIES.items()],
+    [
+        (name, SysDiagOptions().reboot_reward if cls.REBOOT_CLEARS else 0.0)
+        for name, cls in FAULT_FAMILIES.items()
+    ],
 )
 def test_reboot_ends_the_episode_with_partial_or_no_credit(family, expected_reward) -> None:
     env = SysDiagEnv()

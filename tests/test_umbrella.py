@@ -17,7 +17,10 @@ from creditgym.agents.base import ExpertAgent, RandomAgent
 from creditgym.agents.episode import play_episode
 from creditgym.envs import ENVS
 from creditgym.envs.umbrella.dynamics import FACT_POOL, LEAVE, TAKE, WALK_COMMANDS
-from creditgym.envs.umbrella.env import DEFAULT_LENGTH, UmbrellaEnv
+from creditgym.envs.umbrella.env import UmbrellaEnv
+from creditgym.envs.umbrella.options import UmbrellaOptions
+
+DEFAULT_LENGTH = UmbrellaOptions().length
 
 SEEDS = range(200)
 

@@ -49,7 +49,6 @@ import gymnasium as gym
 import torch
 from transformers import AutoModelForCausalLM, PreTrainedTokenizerBase
 
-from creditgym import envs  # noqa: F401  (registers the creditgym envs)
 from creditgym.agents.atomic import atomic_folder
 from creditgym.agents.base import Agent, NoisyExpertAgent, RandomAgent
 from creditgym.agents.constrained import action_token_sequences
@@ -61,6 +60,7 @@ from creditgym.agents.trajectory import Trajectory
 from creditgym.credit.hcapo import outcome_hindsight
 from creditgym.credit.hp_rlvr import future_hindsight
 from creditgym.credit.views import render_prompt_ids
+from creditgym.envs import ENVS, EnvOptions
 
 logger = logging.getLogger(__name__)
 
@@ -70,10 +70,15 @@ IGNORE_INDEX = -100  # label id the cross-entropy skips (transformers' conventio
 
 @dataclass(frozen=True)
 class WarmStartTask:
-    """One env setting the transcripts are played in: a registered id and its kwargs."""
+    """One env setting the transcripts are played in: a registered id and its options
+    (fields of its `EnvInfo.options`, which checks them)."""
 
     env_id: str
     kwargs: tuple[tuple[str, Any], ...] = ()
+
+    def options(self) -> EnvOptions:
+        """The setting's options, checked by the env's options class."""
+        return ENVS[self.env_id].options(**dict(self.kwargs))
 
 
 @dataclass(frozen=True)
@@ -141,7 +146,7 @@ def behaviour_transcripts(config: WarmStartConfig) -> list[Trajectory]:
     """`config.episodes` episodes of each setting, played in-process (deterministic)."""
     trajectories = []
     for task_index, task in enumerate(config.tasks):
-        env = gym.make(task.env_id, **dict(task.kwargs))
+        env = gym.make(task.env_id, **task.options().kwargs())
         try:
             for episode in range(config.episodes):
                 seed = episode_seed(config, task_index, episode)

@@ -7,7 +7,7 @@ then the trie renormalisation) and the dynamic programming (V, Q, A, visit count
 exact gradient). Prints states, views, scored tokens, wall-clock and CPU seconds; CPU
 seconds are steadier when other jobs share the machine.
 
-    .venv/bin/python -m creditgym.benchmarks.perf.bench_ground_truth [--delay 8] \\
+    .venv/bin/python -m creditgym.benchmarks.perf.bench_ground_truth [--env-options delay=8] \\
         [--model smollm2-135m]
 """
 
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import gymnasium as gym
 import torch
 
-from creditgym import envs  # noqa: F401  (registers the creditgym ids)
+from creditgym import envs
 from creditgym.agents.constrained import action_token_sequences
 from creditgym.agents.llm import LLMAgent
 from creditgym.agents.models import load_model
@@ -36,8 +36,8 @@ TARGET_SECONDS = 300.0
 class BenchArgs:
     """Time the exact action table and dynamic program of an LLM policy on KeyDoor."""
 
-    delay: int = 8
-    """KeyDoor's orchard length."""
+    env_options: tuple[str, ...] = ()
+    """KeyDoor's options as key=value (envs/keydoor/options.py; its default delay is 8)."""
     model: str = "smollm2-135m"
     """Policy model name or folder."""
     seed: int = 0
@@ -51,7 +51,8 @@ def main(args: BenchArgs) -> None:
     print(machine_state())
     loaded = load_model(args.model)
     agent = LLMAgent(loaded, temperature=1.0, history_len=0, constrained=True, max_new_tokens=48)
-    env = gym.make(ENV_ID, delay=args.delay)
+    options = envs.parse_env_options(ENV_ID, args.env_options)
+    env = gym.make(ENV_ID, **options.kwargs())
     env.reset(seed=args.seed)
     mdp = env.unwrapped.finite_mdp()
     states = reachable_states(mdp)
@@ -65,7 +66,7 @@ def main(args: BenchArgs) -> None:
     truth, dp_time = timed(evaluate_policy, mdp, table)
     total = table_time.wall_s + dp_time.wall_s
     print(
-        f"KeyDoor delay {args.delay}, {args.model}: {len(states)} states, {views} views, "
+        f"KeyDoor delay {options.delay}, {args.model}: {len(states)} states, {views} views, "
         f"{tokens} scored tokens"
     )
     print(f"  action table     {table_time.wall_s:7.1f} s wall  {table_time.cpu_s:7.1f} s CPU")

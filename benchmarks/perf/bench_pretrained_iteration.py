@@ -42,6 +42,7 @@ from typing import Literal
 
 import torch
 
+from creditgym import envs
 from creditgym.agents.models import load_model
 from creditgym.agents.precision import cpu_features, native_bfloat16, use_bfloat16_matmuls
 from creditgym.benchmarks.cli import run_script
@@ -63,10 +64,8 @@ class BenchArgs:
 
     model: str = "smollm2-135m"
     """Policy model name or path (LoRA)."""
-    delay: int = 4
-    """KeyDoor orchard length."""
-    variance: str = "high"
-    """KeyDoor orchard reward variance (`low` / `high`)."""
+    env_options: tuple[str, ...] = ("delay=4", "variance=high")
+    """KeyDoor's options as key=value (envs/keydoor/options.py)."""
     tasks: int = 4
     """Tasks per iteration; rollouts = tasks x group_size."""
     group_size: int = 8
@@ -118,7 +117,7 @@ def measure(config: BenchArgs, path: str, results: dict) -> None:
         finetune="lora",
     )
     agent = AgentConfig(constrained=True, history_len=0)
-    env_kwargs = {"delay": config.delay, "variance": config.variance}
+    env_kwargs = envs.parse_env_options(ENV_ID, config.env_options).kwargs()
     with tempfile.TemporaryDirectory() as run_dir:
         trainer = PolicyGradientTrainer(
             loaded, GRPO(), ENV_ID, env_kwargs, agent, trainer_config, run_dir
@@ -170,8 +169,8 @@ def main(config: BenchArgs) -> None:
     if config.micro_batch_tokens is not None or config.activation_checkpointing is not None:
         print(f"new path overrides: {new_path_settings(config)}")
     print(
-        f"\none GRPO iteration, {config.model} + LoRA on KeyDoor delay {config.delay} "
-        f"variance {config.variance}: {config.tasks} tasks x G = {config.group_size}, "
+        f"\none GRPO iteration, {config.model} + LoRA on KeyDoor "
+        f"{' '.join(config.env_options)}: {config.tasks} tasks x G = {config.group_size}, "
         f"threads={config.threads}, mean of {config.iterations}"
     )
     print(

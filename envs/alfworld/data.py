@@ -34,6 +34,7 @@ from creditgym.envs.alfworld import ALFWORLD_DEFAULT_DATA
 from creditgym.envs.alfworld.engine import GAME_FILE, TRAJ_FILE, GameFileError, read_game_file
 from creditgym.envs.alfworld.generate import GENERATOR_VERSION, SPLIT_DIRS, generate_dataset
 from creditgym.envs.alfworld.scenes import TASK_TYPES
+from creditgym.envs.alfworld_options import ALFWorldOptions
 from creditgym.envs.registry import DataFingerprint
 
 logger = logging.getLogger(__name__)
@@ -46,7 +47,7 @@ DEFAULT_SIZES: dict[str, int] = {
     "eval_in_distribution": 60,
     "eval_out_of_distribution": 60,
 }
-DEFAULT_SEED = 0
+DEFAULT_SEED = ALFWorldOptions().generated_seed
 # Hex digits kept of a split's task-id hash: enough that two sets never collide by chance.
 ID_HASH_DIGITS = 16
 

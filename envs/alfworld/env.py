@@ -35,7 +35,6 @@ import gymnasium as gym
 from textworld.logic import Proposition
 
 from creditgym.envs.alfworld.data import (
-    DEFAULT_SEED,
     DEFAULT_SIZES,
     GameEntry,
     collect_games,
@@ -45,6 +44,7 @@ from creditgym.envs.alfworld.data import (
 )
 from creditgym.envs.alfworld.engine import WELCOME_BANNER, AlfredEngine, GameFileError
 from creditgym.envs.alfworld.scenes import TASK_TYPES
+from creditgym.envs.alfworld_options import ALFWorldOptions
 from creditgym.envs.registry import DataFingerprint
 from creditgym.envs.spaces import text_space
 
@@ -61,7 +61,8 @@ TASK_STATE_PREDICATE: dict[str, str] = {
 class ALFWorldEnv(gym.Env):
     """ALFWorld as a Gymnasium env with text observations and text actions.
 
-    Args:
+    Args (`data_dir`, `generated_seed` and `num_games` fields of `ALFWorldOptions`, which
+    checks them):
         split: "train", "eval_in_distribution" (valid_seen) or "eval_out_of_distribution"
             (valid_unseen).
         data_dir: a folder holding json_2.1.1/; default `$ALFWORLD_DATA` when set (it must
@@ -87,17 +88,18 @@ class ALFWorldEnv(gym.Env):
     def __init__(
         self,
         split: str = "train",
-        data_dir: str | None = None,
         max_steps: int = 50,
         task_types: tuple[str, ...] | list[str] = TASK_TYPES,
         generated_sizes: dict[str, int] | None = None,
-        generated_seed: int = DEFAULT_SEED,
         generation_workers: int = 2,
-        num_games: int = 0,
         expert_plan: bool = False,
+        **options: Any,
     ) -> None:
         if max_steps < 1:
             raise ValueError(f"max_steps must be >= 1, got {max_steps}")
+        self.options = ALFWorldOptions(**options)
+        data_dir, generated_seed = self.options.data_dir, self.options.generated_seed
+        num_games = self.options.num_games
         sizes = dict(generated_sizes) if generated_sizes is not None else dict(DEFAULT_SIZES)
         named_root = named_data_root(data_dir)
         root = named_root or ensure_generated(sizes, generated_seed, generation_workers)

@@ -33,6 +33,7 @@ from creditgym.envs.code.actions import (
     defines_function,
     parse_action,
 )
+from creditgym.envs.code.options import CodeExecOptions
 from creditgym.envs.code.runner import CodeRunner, RunReport
 from creditgym.envs.code.sandbox import ExecutionResult, Sandbox, SandboxLimits
 from creditgym.envs.code.tasks import CodeTask, load_tasks
@@ -57,7 +58,8 @@ def truncate(text: str, limit: int) -> str:
 class CodeExecEnv(gym.Env):
     """Multi-step programming tasks judged by hidden tests (see module doc).
 
-    Args:
+    Args (`tasks_path`, `max_submissions` and `max_output_chars` fields of
+    `CodeExecOptions`, which checks them):
         tasks_path: JSONL task file in HumanEval's format; None for HumanEval's 164.
         max_steps: step limit of an episode (truncation).
         max_submissions: failed submissions allowed before the episode ends.
@@ -70,22 +72,20 @@ class CodeExecEnv(gym.Env):
 
     def __init__(
         self,
-        tasks_path: str | os.PathLike | None = None,
         max_steps: int = 10,
-        max_submissions: int = 3,
-        max_output_chars: int = 2000,
         sandbox_limits: SandboxLimits | None = None,
+        **options: Any,
     ) -> None:
-        if max_steps < 1 or max_submissions < 1 or max_output_chars < 100:
-            raise ValueError(
-                "need max_steps >= 1, max_submissions >= 1 and max_output_chars >= 100, got "
-                f"{max_steps}, {max_submissions}, {max_output_chars}"
-            )
-        self.tasks = load_tasks(tasks_path)
+        if options.get("tasks_path") is not None:  # a Path from Python is a path too
+            options["tasks_path"] = os.fspath(options["tasks_path"])
+        self.options = CodeExecOptions(**options)
+        if max_steps < 1:
+            raise ValueError(f"need max_steps >= 1, got {max_steps}")
+        self.tasks = load_tasks(self.options.tasks_path)
         self.tasks_by_id = {task.task_id: task for task in self.tasks}
         self.max_steps = max_steps
-        self.max_submissions = max_submissions
-        self.max_output_chars = max_output_chars
+        self.max_submissions = self.options.max_submissions
+        self.max_output_chars = self.options.max_output_chars
         self.runner = CodeRunner(Sandbox(sandbox_limits))
         self.observation_space = text_space(MAX_OBSERVATION_CHARS)
         self.action_space = text_space(MAX_ACTION_CHARS)

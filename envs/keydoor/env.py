@@ -33,7 +33,6 @@ import gymnasium as gym
 
 from creditgym.envs.keydoor.dynamics import (
     APPLE_REWARDS,
-    DISTRACTOR_POOL,
     EAT,
     INSTANCES,
     KEY,
@@ -53,16 +52,13 @@ from creditgym.envs.keydoor.dynamics import (
     resolve,
     state_id,
 )
+from creditgym.envs.keydoor.options import KeyDoorOptions
 from creditgym.envs.seeding import replica_generator
 from creditgym.envs.spaces import text_space
 
-DEFAULT_DELAY = 8
-DEFAULT_NUM_OBJECTS = 3
 # Turns at the door beyond the one the expert needs: the default step limit leaves an
 # agent that dawdles there two more chances to open it.
 DOOR_SLACK = 2
-# Most rooms (keys) an episode may have.
-MAX_KEYS = 4
 OBSERVATION_MAX_CHARS = 1024
 ACTION_MAX_CHARS = 1024
 
@@ -78,16 +74,18 @@ def parse_task_id(task_id: object) -> int:
 class KeyDoorEnv(gym.Env[str, str]):
     """Text key-to-door with a random-reward orchard between the key and the door.
 
-    Args:
+    Args (each but `max_steps` and `render_mode` a field of `KeyDoorOptions`, which checks
+    them):
         delay: orchard steps between taking a thing and reaching the door (>= 0).
         variance: apple rewards, "low" (every apple pays 1) or "high" (1 or 10, each
             with probability 1/2); see `APPLE_REWARDS`.
         num_objects: distractor things on the table beside the key (1 to 12).
         num_keys: rooms before the orchard, each with a key on its table among
             `num_objects` distractors; the door opens only for an agent carrying all of
-            them (1 to `MAX_KEYS`). 1, the default, is the env of every committed run (the
-            same tasks, text and dynamics); more keys take the outcome channel off its
-            ceiling: a verdict then says that some choice was wrong, not which.
+            them (1 to `MAX_KEYS`, envs/keydoor/options.py). 1, the default, is the env of
+            every committed run (the same tasks, text and dynamics); more keys take the
+            outcome channel off its ceiling: a verdict then says that some choice was
+            wrong, not which.
         max_steps: step limit; None gives delay + num_keys + 1 + `DOOR_SLACK` (the expert
             needs delay + num_keys + 1 steps).
         causal_feedback: the final feedback names the step that mattered ("it needed the
@@ -108,48 +106,22 @@ class KeyDoorEnv(gym.Env[str, str]):
     metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"], "render_fps": 1}
 
     def __init__(
-        self,
-        delay: int = DEFAULT_DELAY,
-        variance: str = "low",
-        num_objects: int = DEFAULT_NUM_OBJECTS,
-        max_steps: int | None = None,
-        causal_feedback: bool = False,
-        verdict_feedback: bool = True,
-        num_keys: int = 1,
-        render_mode: str | None = None,
+        self, max_steps: int | None = None, render_mode: str | None = None, **options: Any
     ) -> None:
-        if not isinstance(delay, int) or delay < 0:
-            raise ValueError(f"delay must be a non-negative integer, got {delay!r}")
-        if variance not in APPLE_REWARDS:
-            raise ValueError(f"variance must be one of {sorted(APPLE_REWARDS)}, got {variance!r}")
-        if not isinstance(num_objects, int) or not 1 <= num_objects <= len(DISTRACTOR_POOL):
-            raise ValueError(
-                f"num_objects must be an integer in [1, {len(DISTRACTOR_POOL)}], got "
-                f"{num_objects!r}"
-            )
-        if not isinstance(num_keys, int) or not 1 <= num_keys <= MAX_KEYS:
-            raise ValueError(f"num_keys must be an integer in [1, {MAX_KEYS}], got {num_keys!r}")
+        self.options = KeyDoorOptions(**options)
+        self.delay = self.options.delay
+        self.variance = self.options.variance
+        self.num_objects = self.options.num_objects
+        self.num_keys = self.options.num_keys
         if max_steps is None:
-            max_steps = delay + num_keys + 1 + DOOR_SLACK
+            max_steps = self.delay + self.num_keys + 1 + DOOR_SLACK
         if not isinstance(max_steps, int) or max_steps < 1:
             raise ValueError(f"max_steps must be a positive integer, got {max_steps!r}")
-        if not isinstance(causal_feedback, bool):
-            raise ValueError(f"causal_feedback must be true or false, got {causal_feedback!r}")
-        if not isinstance(verdict_feedback, bool):
-            raise ValueError(f"verdict_feedback must be true or false, got {verdict_feedback!r}")
-        if causal_feedback and not verdict_feedback:
-            raise ValueError("causal_feedback states the verdict: it needs verdict_feedback=true")
-        if causal_feedback and num_keys > 1:
-            raise ValueError("causal_feedback names the one room's choice: it needs num_keys=1")
         if render_mode not in (None, "ansi"):
             raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
-        self.delay = delay
-        self.variance = variance
-        self.num_objects = num_objects
-        self.num_keys = num_keys
         self.max_steps = max_steps
-        self.causal_feedback = causal_feedback
-        self.verdict_feedback = verdict_feedback
+        self.causal_feedback = self.options.causal_feedback
+        self.verdict_feedback = self.options.verdict_feedback
         self.render_mode = render_mode
         self.observation_space = text_space(OBSERVATION_MAX_CHARS)
         self.action_space = text_space(ACTION_MAX_CHARS)

@@ -5,7 +5,7 @@ the real tools', see `envs.sysdiag.shell`). Nothing runs on the real machine.
 
 Reward (per step): +1.0 on the step whose effect fixes the root cause (verified on the
 host state, then the episode terminates); -0.01 on every other step; `reboot` ends the
-episode with `reboot_reward` (default `REBOOT_REWARD`) if the reboot made the symptoms
+episode with `reboot_reward` (default 0.3, `SysDiagOptions`) if the reboot made the symptoms
 go away (a transient fault, never diagnosed) and 0.0 if the fault persisted. At
 `max_steps` the episode is truncated (`truncated=True`, a timeout, not a policy failure
 in gymnasium's sense).
@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import heapq
 import logging
-import math
 import random
 from typing import Any, ClassVar
 
@@ -33,13 +32,12 @@ from creditgym.envs.spaces import text_space
 from creditgym.envs.sysdiag.catalog import build_host
 from creditgym.envs.sysdiag.faults import FAULT_FAMILIES, Fault
 from creditgym.envs.sysdiag.host import Host
+from creditgym.envs.sysdiag.options import SUCCESS_REWARD, SysDiagOptions
 from creditgym.envs.sysdiag.shell import Shell
 
 logger = logging.getLogger(__name__)
 
 STEP_COST = 0.01
-SUCCESS_REWARD = 1.0
-REBOOT_REWARD = 0.3
 DEFAULT_MAX_STEPS = 30
 OBSERVATION_MAX_CHARS = 8192
 ACTION_MAX_CHARS = 1024
@@ -118,7 +116,8 @@ def clip(text: str) -> str:
 class SysDiagEnv(gym.Env[str, str]):
     """A simulated Linux host with one hidden fault from one of ten families.
 
-    Args:
+    Args (`reboot_reward` and `causal_feedback` fields of `SysDiagOptions`, which checks
+    them):
         faults: the fault families to draw from (default: all, see `FAULT_FAMILIES`);
             a subset makes curricula and focused tests.
         max_steps: step limit; reaching it truncates the episode.
@@ -137,9 +136,8 @@ class SysDiagEnv(gym.Env[str, str]):
         self,
         faults: tuple[str, ...] | list[str] | None = None,
         max_steps: int = DEFAULT_MAX_STEPS,
-        reboot_reward: float = REBOOT_REWARD,
-        causal_feedback: bool = False,
         render_mode: str | None = None,
+        **options: Any,
     ) -> None:
         families = tuple(faults) if faults is not None else tuple(FAULT_FAMILIES)
         unknown = [f for f in families if f not in FAULT_FAMILIES]
@@ -150,23 +148,13 @@ class SysDiagEnv(gym.Env[str, str]):
             )
         if not isinstance(max_steps, int) or max_steps < 1:
             raise ValueError(f"max_steps must be a positive integer, got {max_steps!r}")
-        if (
-            isinstance(reboot_reward, bool)
-            or not isinstance(reboot_reward, int | float)
-            or not math.isfinite(reboot_reward)
-            or not 0.0 <= reboot_reward <= SUCCESS_REWARD
-        ):
-            raise ValueError(
-                f"reboot_reward must be a number in [0, {SUCCESS_REWARD}], got {reboot_reward!r}"
-            )
-        if not isinstance(causal_feedback, bool):
-            raise ValueError(f"causal_feedback must be true or false, got {causal_feedback!r}")
+        self.options = SysDiagOptions(**options)
         if render_mode not in (None, "ansi"):
             raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
         self.families = families
         self.max_steps = max_steps
-        self.reboot_reward = float(reboot_reward)
-        self.causal_feedback = causal_feedback
+        self.reboot_reward = float(self.options.reboot_reward)
+        self.causal_feedback = self.options.causal_feedback
         self.render_mode = render_mode
         self.observation_space = text_space(OBSERVATION_MAX_CHARS)
         self.action_space = text_space(ACTION_MAX_CHARS)

@@ -32,7 +32,6 @@ import gymnasium as gym
 from creditgym.envs.seeding import replica_generator
 from creditgym.envs.spaces import text_space
 from creditgym.envs.umbrella.dynamics import (
-    FACT_POOL,
     INSTANCES,
     TASK_TEXT,
     Draw,
@@ -52,9 +51,8 @@ from creditgym.envs.umbrella.dynamics import (
     resolve,
     state_id,
 )
+from creditgym.envs.umbrella.options import UmbrellaOptions
 
-DEFAULT_LENGTH = 10
-DEFAULT_NUM_DISTRACTORS = 2
 OBSERVATION_MAX_CHARS = 1024
 ACTION_MAX_CHARS = 1024
 
@@ -70,7 +68,8 @@ def parse_task_id(task_id: object) -> int:
 class UmbrellaEnv(gym.Env[str, str]):
     """Take the umbrella or not on a forecast seen once; the walk's noise hides the payoff.
 
-    Args:
+    Args (each but `max_steps` and `render_mode` a field of `UmbrellaOptions`, which checks
+    them):
         length: L >= 1, steps of the walk (bsuite's chain length; its sweep is 1-100).
         num_distractors: random facts shown every step (0 to 12; bsuite's n_distractor).
         max_steps: step limit; None gives `length` (every episode then ends by itself).
@@ -99,47 +98,22 @@ class UmbrellaEnv(gym.Env[str, str]):
     metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"], "render_fps": 1}
 
     def __init__(
-        self,
-        length: int = DEFAULT_LENGTH,
-        num_distractors: int = DEFAULT_NUM_DISTRACTORS,
-        max_steps: int | None = None,
-        forecast_visible: bool = False,
-        forecast_per_replica: bool = False,
-        causal_feedback: bool = False,
-        verdict_feedback: bool = True,
-        render_mode: str | None = None,
+        self, max_steps: int | None = None, render_mode: str | None = None, **options: Any
     ) -> None:
-        if not isinstance(length, int) or length < 1:
-            raise ValueError(f"length must be a positive integer, got {length!r}")
-        if not isinstance(num_distractors, int) or not 0 <= num_distractors <= len(FACT_POOL):
-            raise ValueError(
-                f"num_distractors must be an integer in [0, {len(FACT_POOL)}], got "
-                f"{num_distractors!r}"
-            )
+        self.options = UmbrellaOptions(**options)
+        self.length = self.options.length
+        self.num_distractors = self.options.num_distractors
         if max_steps is None:
-            max_steps = length
+            max_steps = self.length
         if not isinstance(max_steps, int) or max_steps < 1:
             raise ValueError(f"max_steps must be a positive integer, got {max_steps!r}")
-        switches = {
-            "forecast_visible": forecast_visible,
-            "forecast_per_replica": forecast_per_replica,
-            "causal_feedback": causal_feedback,
-            "verdict_feedback": verdict_feedback,
-        }
-        for name, value in switches.items():
-            if not isinstance(value, bool):
-                raise ValueError(f"{name} must be true or false, got {value!r}")
-        if causal_feedback and not verdict_feedback:
-            raise ValueError("causal_feedback states the verdict: it needs verdict_feedback=true")
         if render_mode not in (None, "ansi"):
             raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
-        self.length = length
-        self.num_distractors = num_distractors
         self.max_steps = max_steps
-        self.forecast_visible = forecast_visible
-        self.forecast_per_replica = forecast_per_replica
-        self.causal_feedback = causal_feedback
-        self.verdict_feedback = verdict_feedback
+        self.forecast_visible = self.options.forecast_visible
+        self.forecast_per_replica = self.options.forecast_per_replica
+        self.causal_feedback = self.options.causal_feedback
+        self.verdict_feedback = self.options.verdict_feedback
         self.render_mode = render_mode
         self.observation_space = text_space(OBSERVATION_MAX_CHARS)
         self.action_space = text_space(ACTION_MAX_CHARS)

@@ -9,7 +9,6 @@ never reached; such runs count as not reaching it, never as fast).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -33,12 +32,10 @@ HORIZON_OPTIONS = {
 
 
 def option(config: Mapping[str, Any], key: str) -> Any:
-    """One `--env-options` value of a run (None when unset)."""
-    for text in config.get("env_options", ()):
-        name, _, value = text.partition("=")
-        if name == key:
-            return json.loads(value) if value.lstrip("-").isdigit() else value
-    return None
+    """One env option of a run, parsed by its env's options class (`EnvInfo.options`): the
+    default where the run left it unset."""
+    options = ENVS[config["env_id"]].options.parse(config.get("env_options", ()))
+    return getattr(options, key)
 
 
 def method_name(config: Mapping[str, Any]) -> str:
