@@ -48,7 +48,7 @@ def module_names(spec: str) -> list[str]:
     return names
 
 
-def validate(args: EvaluateArgs) -> EvaluateArgs:
+def checked_args(args: EvaluateArgs) -> EvaluateArgs:
     """Check every name and number before any work; returns `args` with the env's id."""
     env_id = common.env_id(args.env)
     if args.episodes < 1 or args.group_size < 1:
@@ -72,7 +72,7 @@ def quality_table(name: str, rows: dict[str, QualityRow]) -> str:
 @exit_on_usage_error(resumes=False)
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `creditgym credit-quality`."""
-    args = validate(parse_arguments(EvaluateArgs, argv, prog_of("credit_quality")))
+    args = checked_args(parse_arguments(EvaluateArgs, argv, prog_of("credit_quality")))
     names = module_names(args.credit)
     torch.set_num_threads(1)
     model = None

@@ -141,7 +141,7 @@ def swept_option(args: CreditTruthArgs, env_id: str) -> str:
     return name
 
 
-def validate(args: CreditTruthArgs) -> tuple[str, list[str]]:
+def env_and_modules(args: CreditTruthArgs) -> tuple[str, list[str]]:
     """(env id, credit module names) after checking every option; UsageError otherwise."""
     env_id = common.env_id(args.env)
     try:
@@ -167,12 +167,13 @@ def validate(args: CreditTruthArgs) -> tuple[str, list[str]]:
     return env_id, names
 
 
-def load_policy(args: CreditTruthArgs) -> LoadedModel | None:
+def truth_policy(args: CreditTruthArgs) -> LoadedModel | None:
     """The LLM policy, or None for the uniform table."""
     return None if args.model == UNIFORM else common.load_policy(args.model, also_valid=[UNIFORM])
 
 
-def run_name(args: CreditTruthArgs, env_id: str) -> str:
+def truth_stem(args: CreditTruthArgs, env_id: str) -> str:
+    """The output files' name without suffix: env, model, sweep, noise, G, pool, tasks, seed."""
     extra = "".join(f"_{pair.replace('=', '-')}" for pair in args.env_kwargs)
     sweep = f"{args.sweep_kwarg}{'-'.join(map(str, args.sweep))}{extra}"
     parts = [args.model, sweep, args.noise, f"G{args.group_size}", f"pool{args.pool}"]
@@ -276,7 +277,7 @@ def write_outputs(
         columns += [f"cos@{size}", f"cos_mean@{size}", f"snr@{size}", f"batches@{size}"]
     table = mapping_table(rows, columns, format_value)
     print(table)
-    stem = args.out / run_name(args, env_id)
+    stem = args.out / truth_stem(args, env_id)
     with open(stem.with_suffix(".csv"), "w", newline="", encoding="utf-8") as handle:
         writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
         writer.writeheader()
@@ -311,7 +312,7 @@ def finished_rows(
     module; {} with `--fresh` or no csv yet. UsageError when the files were written by a
     different configuration, are corrupt, or hold values outside `--sweep` (a resumed file
     would drop them)."""
-    stem = args.out / run_name(args, env_id)
+    stem = args.out / truth_stem(args, env_id)
     table = stem.with_suffix(".csv")
     if args.fresh or not table.exists():
         return {}
@@ -359,7 +360,7 @@ def finished_rows(
 
 def run(args: CreditTruthArgs, argv: Sequence[str]) -> Path:
     """Ground truth, pool and module scores for every swept value; writes the outputs."""
-    env_id, names = validate(args)
+    env_id, names = env_and_modules(args)
     # The swept option resolved once: everything below reads it from `args`.
     args = dataclasses.replace(args, sweep_kwarg=swept_option(args, env_id))
     extra_kwargs = parse_kwargs(env_id, args.env_kwargs)
@@ -374,11 +375,11 @@ def run(args: CreditTruthArgs, argv: Sequence[str]) -> Path:
         args.out.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         raise UsageError(f"--out {args.out} cannot be written: {error}") from error
-    stem = args.out / run_name(args, env_id)
+    stem = args.out / truth_stem(args, env_id)
     # One writer per output (benchmarks/lock.py): a second invocation exits 2 naming this one.
     with lock.hold(lock.output_lock(stem), f"{stem}.csv"):
         done = finished_rows(args, env_id, names)
-        policy = None if all(v in done for v in args.sweep) else load_policy(args)
+        policy = None if all(v in done for v in args.sweep) else truth_policy(args)
         rows: list[dict[str, Any]] = []
         for value in args.sweep:
             if value in done:

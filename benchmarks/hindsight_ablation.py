@@ -61,6 +61,7 @@ from creditgym.measure.pools import (
     ROLLOUT_SEED_BASE,
     PoolError,
     PoolSettings,
+    batch_credits,
     draw_task_truths,
     sample_task_pool,
 )
@@ -133,7 +134,8 @@ def truth_env(env_id: str) -> bool:
     return envs.ENVS[env_id].finite_mdp
 
 
-def validate(args: AblationArgs) -> tuple[str, list[Variant]]:
+def env_and_variants(args: AblationArgs) -> tuple[str, list[Variant]]:
+    """(env id, the chosen variants) after checking every option; UsageError otherwise."""
     env_id = common.env_id(args.env)
     if args.episodes < 1 or args.group_size < 1 or args.bootstrap < 10:
         raise UsageError("--episodes and --group-size must be >= 1 and --bootstrap >= 10")
@@ -142,6 +144,9 @@ def validate(args: AblationArgs) -> tuple[str, list[Variant]]:
             raise UsageError("--pool and --batch-size must be multiples of --group-size")
         if not args.group_size <= args.batch_size <= args.pool:
             raise UsageError("need --group-size <= --batch-size <= --pool")
+        if args.pool % args.batch_size:
+            # Credit is computed in whole batches, as a trainer would (batch_credits).
+            raise UsageError("--pool must be a multiple of --batch-size")
     return env_id, chosen_variants(args)
 
 
@@ -202,18 +207,6 @@ def build_variant(variant: Variant, context: CreditContext) -> CreditModule:
     return build(cls, dataclasses.replace(context, options=options))
 
 
-def variant_credits(
-    module: CreditModule, collected: Collected, batch_size: int
-) -> list[np.ndarray]:
-    """Per-step credit of every trajectory: one call (scripted), or batch after batch."""
-    trajectories = collected.trajectories
-    size = len(trajectories) if collected.truths is None else batch_size
-    credits: list[np.ndarray] = []
-    for start in range(0, len(trajectories), size):
-        credits.extend(module(trajectories[start : start + size]).step_advantages)
-    return credits
-
-
 def score_variants(
     args: AblationArgs,
     collected: Collected,
@@ -239,10 +232,12 @@ def score_variants(
     # Reference row: credit = the step's index, what a factor rising with t (gamma^(T-t))
     # ranks by on its own.
     position = [np.arange(t.length, dtype=np.float64) for t in collected.trajectories]
+    # Scripted trajectories are scored in one call; a policy's pool batch after batch.
+    size = count if collected.truths is None else args.batch_size
     for variant, module in [(POSITION, None), *zip(variants, modules, strict=True)]:
         start = time.perf_counter()
         credits = (
-            position if module is None else variant_credits(module, collected, args.batch_size)
+            position if module is None else batch_credits(module, collected.trajectories, size)
         )
         row: dict[str, Any] = {
             "variant": variant.name,
@@ -299,7 +294,8 @@ def variant_table(rows: Sequence[Mapping[str, Any]], truth: bool) -> str:
     return markdown_table(columns, table)
 
 
-def run_name(args: AblationArgs, env_id: str) -> str:
+def ablation_stem(args: AblationArgs, env_id: str) -> str:
+    """The output files' name without suffix: env (with its options), model, sizes, seed."""
     if truth_env(env_id):
         options = [pair.replace("=", "") for pair in args.env_kwargs]
         size = f"pool{args.pool}_G{args.group_size}_B{args.batch_size}_tasks{args.tasks}"
@@ -330,7 +326,7 @@ def write_outputs(
     table = variant_table(rows, truth)
     print(table)
     args.out.mkdir(parents=True, exist_ok=True)
-    stem = args.out / run_name(args, env_id)
+    stem = args.out / ablation_stem(args, env_id)
     with open(stem.with_suffix(".csv"), "w", newline="", encoding="utf-8") as handle:
         writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
         writer.writeheader()
@@ -356,8 +352,8 @@ def write_outputs(
 
 
 def run(args: AblationArgs, argv: Sequence[str]) -> Path:
-    env_id, variants = validate(args)
-    stem = args.out / run_name(args, env_id)
+    env_id, variants = env_and_variants(args)
+    stem = args.out / ablation_stem(args, env_id)
     # One writer per output (benchmarks/lock.py): a second invocation exits 2 naming this one.
     with lock.hold(lock.output_lock(stem), f"{stem}.csv"):
         policy = common.load_policy(args.model)

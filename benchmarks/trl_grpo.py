@@ -62,7 +62,7 @@ class TRLArgs:
     """TRL's checkpoints and logs, and trajectories.jsonl"""
 
 
-def validate(args: TRLArgs) -> str:
+def checked_env_id(args: TRLArgs) -> str:
     """The env's registered id, once every name and number is checked (else UsageError)."""
     env_id = common.env_id(args.env)
     common.check_at_least(
@@ -80,7 +80,7 @@ def validate(args: TRLArgs) -> str:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `creditgym trl-grpo`."""
     args = parse_arguments(TRLArgs, argv, prog_of("trl_grpo"))
-    env_id = validate(args)
+    env_id = checked_env_id(args)
     loaded = common.load_policy(args.model)
     try:
         tokenizer = tool_calling_tokenizer(loaded.tokenizer)

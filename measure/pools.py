@@ -41,7 +41,7 @@ from creditgym.agents.models import LoadedModel
 from creditgym.agents.rollout import collect
 from creditgym.agents.tabular import TableAgent
 from creditgym.agents.trajectory import Trajectory
-from creditgym.credit.base import CreditContext, build
+from creditgym.credit.base import CreditContext, CreditModule, build
 from creditgym.credit.policy_evaluation import GroundTruth, evaluate_policy, reachable_states
 from creditgym.credit.scoring import ScoreMemo
 from creditgym.measure.ground_truth import exact_sources, llm_policy_table, uniform_policy
@@ -247,20 +247,24 @@ def sample_task_pool(
     return sample_pool(env_id, env_kwargs, task_ids, tables, policy, settings, seed)
 
 
-def module_credits(
-    cls: type, context: CreditContext, pool: Sequence[Trajectory], size: int
-) -> list[np.ndarray]:
+def batch_credits(module: CreditModule, pool: Sequence[Trajectory], size: int) -> list[np.ndarray]:
     """Per-step credit ([T_i] each) of the first len(pool) // size * size trajectories.
 
-    A fresh module is called on the pool's consecutive disjoint batches of `size`
-    trajectories (whole groups) in turn, as a trainer would, so a stateful module carries
-    its state from batch to batch.
+    `module` is called on the pool's consecutive disjoint batches of `size` trajectories
+    (whole groups) in turn, as a trainer would, so a stateful module carries its state from
+    batch to batch.
     """
-    module = build(cls, context)
     credits: list[np.ndarray] = []
     for start in range(0, len(pool) - size + 1, size):
         credits.extend(module(pool[start : start + size]).step_advantages)
     return credits
+
+
+def module_credits(
+    cls: type, context: CreditContext, pool: Sequence[Trajectory], size: int
+) -> list[np.ndarray]:
+    """`batch_credits` of a fresh module of class `cls`."""
+    return batch_credits(build(cls, context), pool, size)
 
 
 def score_module(

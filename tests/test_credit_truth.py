@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import math
 from collections import Counter
+from types import SimpleNamespace
 from typing import ClassVar
 
 import gymnasium as gym
@@ -27,7 +28,13 @@ from creditgym.measure.ground_truth import (
     trie_action_logprobs,
     uniform_policy,
 )
-from creditgym.measure.pools import PoolSettings, sample_pool, score_module, task_truth
+from creditgym.measure.pools import (
+    PoolSettings,
+    batch_credits,
+    sample_pool,
+    score_module,
+    task_truth,
+)
 from creditgym.measure.truth_metrics import (
     CREDIT_SIGN_TOL,
     GradientStats,
@@ -39,6 +46,7 @@ from creditgym.measure.truth_metrics import (
     small_credit_count,
     spearman,
 )
+from tests.credit_cases import scripted_trajectory
 
 CHAIN_ENV_ID = "tests/Chain-v0"
 
@@ -525,3 +533,19 @@ def test_credit_truth_refuses_to_resume_a_file_it_cannot_trust(
     error = capsys.readouterr().err
     assert error.startswith("error: ") and error.count("\n") == 1 and message in error, error
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+
+
+def test_batch_credits_calls_the_module_on_whole_batches_in_order():
+    # A module that records each batch and credits every step with its batch's number: a
+    # pool of 5 in batches of 2 is called twice ([0, 1], [2, 3]), the partial batch left out.
+    calls: list[list[str]] = []
+
+    def module(batch):
+        calls.append([traj.group_id for traj in batch])
+        number = float(len(calls))
+        return SimpleNamespace(step_advantages=[np.full(traj.length, number) for traj in batch])
+
+    pool = [scripted_trajectory(f"g{i}", [0.0, 1.0], True) for i in range(5)]
+    credits = batch_credits(module, pool, 2)
+    assert calls == [["g0", "g1"], ["g2", "g3"]]
+    assert [c.tolist() for c in credits] == [[1.0, 1.0], [1.0, 1.0], [2.0, 2.0], [2.0, 2.0]]
