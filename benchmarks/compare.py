@@ -36,13 +36,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from creditgym.benchmarks.cli import UsageError, exit_on_usage_error, parse_arguments, prog_of
-from creditgym.benchmarks.run_build import credit_class
-from creditgym.benchmarks.run_config import RunConfig
-from creditgym.benchmarks.run_eval import is_finished
-from creditgym.benchmarks.run_identity import run_identity, run_name
-from creditgym.benchmarks.run_population import group_into_populations
-from creditgym.benchmarks.run_settings import NO_CREDIT, credit_options_of, step_limit
-from creditgym.benchmarks.run_validate import validate
+from creditgym.benchmarks.run import RunConfig, resolve
+from creditgym.benchmarks.run.build import credit_class
+from creditgym.benchmarks.run.config import NO_CREDIT
+from creditgym.benchmarks.run.evaluate import is_finished
+from creditgym.benchmarks.run.plan import parse_credit_options
+from creditgym.benchmarks.run.population import group_into_populations
+from creditgym.benchmarks.run.validate import validate
 from creditgym.benchmarks.sweep import SweepConfig, load_sweep, parse_shard, run_local
 from creditgym.report import comparison, records
 from creditgym.report.comparison import BASELINE
@@ -162,20 +162,20 @@ def challenger_config(baseline: RunConfig, credit: str, options: tuple[str, ...]
 def challenger_name(config: RunConfig) -> str:
     """The module's row name as the study names rows (`hp_rlvr_exact`, `discounted
     [gamma=0.5]`)."""
-    return method_form(run_identity(config))
+    return method_form(resolve(config).identity)
 
 
 def finished_run(config: RunConfig, folders: Sequence[Path]) -> Path | None:
     """The first of `folders` holding `config`'s run finished (done.json, every requested
     episode) with the identity `config` hashes, or None."""
-    identity = run_identity(config)
+    plan = resolve(config)
     for folder in folders:
-        placed = dataclasses.replace(config, out=folder)
-        run_dir = folder / run_name(placed)
+        placed = dataclasses.replace(plan, config=dataclasses.replace(plan.config, out=folder))
+        run_dir = placed.run_dir
         if not is_finished(placed):
             continue
         recorded = records.read_json(run_dir / records.CONFIG_FILE).get("identity")
-        if recorded == identity:
+        if recorded == plan.identity:
             return run_dir
     return None
 
@@ -210,13 +210,14 @@ def build_comparison(
 
 def cell_label(config: RunConfig) -> tuple[str, str, str]:
     """(instrument, level, channel) of a cell's configuration (`comparison.cell_label`)."""
-    return comparison.cell_label(run_identity(config), step_limit(config), config.reward_channel)
+    plan = resolve(config)
+    return comparison.cell_label(plan.identity, plan.step_limit, config.reward_channel)
 
 
 def cost_lines(plan: Comparison, folders: Sequence[Path]) -> list[str]:
     """The planned cost, printed before any run starts: per cell the runs to do, reused
     and the seconds per run measured on earlier `grpo` runs, then the totals."""
-    identities = [run_identity(cell.baseline) for cell in plan.cells]
+    identities = [resolve(cell.baseline).identity for cell in plan.cells]
     estimates = comparison.measured_seconds(identities, folders)
     todo = plan.to_run()
     lines = []
@@ -317,11 +318,11 @@ def main(argv: list[str] | None = None) -> int:
         sys.path.insert(0, os.getcwd())
     # The module and its options first: a typo is one line before the plan is read.
     credit_class(args.credit)
-    credit_options_of(RunConfig(credit=args.credit, credit_options=args.credit_options))
+    parse_credit_options(args.credit, args.credit_options)
     configs = load_sweep(args.config, None)
     cells = plan_cells(configs, args.out)
     for cell in cells:  # the module, its options and the output folder, before any work
-        validate(challenger_config(cell.baseline, args.credit, args.credit_options))
+        validate(resolve(challenger_config(cell.baseline, args.credit, args.credit_options)))
     folders = baseline_folders(args, configs[0].out)
     plan = build_comparison(cells, args.credit, args.credit_options, folders, args.seeds)
     for line in cost_lines(plan, folders):
@@ -330,7 +331,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     # Populations first, then the shard's share of them: sharding single runs would split
     # every population's consecutive seeds between the processes.
-    todo = group_into_populations(plan.to_run(), args.population)[shard_index::shard_count]
+    to_run = [resolve(config) for config in plan.to_run()]
+    todo = group_into_populations(to_run, args.population)[shard_index::shard_count]
     started = time.monotonic()
     before = resource.getrusage(resource.RUSAGE_SELF)
     cpu_before = before.ru_utime + before.ru_stime
@@ -340,7 +342,7 @@ def main(argv: list[str] | None = None) -> int:
     if todo:
         used = resource.getrusage(resource.RUSAGE_SELF)
         print(
-            f"measured: {sum(p.population for p in todo)} runs in "
+            f"measured: {sum(len(p.seeds) for p in todo)} runs in "
             f"{time.monotonic() - started:.0f} s wall, "
             f"{used.ru_utime + used.ru_stime - cpu_before:.0f} s CPU, "
             f"peak RSS {used.ru_maxrss / 1024:.0f} MB",

@@ -58,7 +58,6 @@ from typing import Any, Literal
 import ray
 
 from creditgym.agents.atomic import DamagedFileError
-from creditgym.agents.precision import cpu_features
 from creditgym.agents.rollout import close_workers
 from creditgym.benchmarks.cli import (
     UsageError,
@@ -70,17 +69,18 @@ from creditgym.benchmarks.cli import (
 )
 from creditgym.benchmarks.common import MACHINE_RESOLVED_DTYPES, PER_MACHINE_DTYPES
 from creditgym.benchmarks.lock import LockHeldError
-from creditgym.benchmarks.run import run, run_population
-from creditgym.benchmarks.run_config import PRESETS, RunConfig
-from creditgym.benchmarks.run_eval import is_finished
-from creditgym.benchmarks.run_identity import hashed_name, run_identity, run_name
-from creditgym.benchmarks.run_population import (
+from creditgym.benchmarks.run import RunConfig, RunPlan, resolve, run, run_population
+from creditgym.benchmarks.run.config import PRESETS
+from creditgym.benchmarks.run.evaluate import is_finished
+from creditgym.benchmarks.run.identity import hashed_name
+from creditgym.benchmarks.run.population import (
     group_into_populations,
-    member_configs,
+    member_plans,
     population_label,
 )
-from creditgym.benchmarks.run_validate import validate
+from creditgym.benchmarks.run.validate import validate
 from creditgym.benchmarks.sweep_file import check_sweep_file
+from creditgym.models.precision import cpu_features
 from creditgym.report import leaderboard
 
 RUN_FIELDS = {f.name: f for f in dataclasses.fields(RunConfig)}
@@ -190,42 +190,42 @@ def load_sweep(path: Path, out: Path | None) -> list[RunConfig]:
     return expand(document, out)
 
 
-def run_local(configs: Sequence[RunConfig], sweep: SweepConfig) -> list[str]:
-    """Run `configs` one after another in this process; one line per failed run."""
+def run_local(plans: Sequence[RunPlan], sweep: SweepConfig) -> list[str]:
+    """Run `plans` one after another in this process; one line per failed run."""
     failures = []
-    for number, config in enumerate(configs, start=1):
-        print(f"[{number}/{len(configs)}] {population_label(config)}: running", flush=True)
+    for number, plan in enumerate(plans, start=1):
+        print(f"[{number}/{len(plans)}] {population_label(plan)}: running", flush=True)
         try:
-            failures += run_one(config)
+            failures += run_one(plan)
         # Another sweep or terminal is running it, or its folder holds a damaged file: one
         # line each (the message says what to do), and the sweep goes on.
         except (LockHeldError, DamagedFileError) as error:
-            print(f"[{number}/{len(configs)}] {run_name(config)}: skipped, {error}", flush=True)
-            failures.append(f"{run_name(config)}: {error}")
+            print(f"[{number}/{len(plans)}] {plan.name}: skipped, {error}", flush=True)
+            failures.append(f"{plan.name}: {error}")
         except Exception as error:  # one broken run must not stop a long sweep
             traceback.print_exc()
-            failures.append(f"{run_name(config)}: {error}")
+            failures.append(f"{plan.name}: {error}")
         # Env workers are kept per env and kwargs for the next run on the same task (their
         # start-up costs seconds each); a sweep moving to another task stops them, or a
         # grid of many tasks would keep every task's workers (and their memory) alive.
-        if number == len(configs) or task_of(configs[number]) != task_of(config):
+        if number == len(plans) or task_of(plans[number].config) != task_of(plan.config):
             close_workers()
     return failures
 
 
-def run_one(config: RunConfig) -> list[str]:
+def run_one(plan: RunPlan) -> list[str]:
     """A run, or a population of runs (`benchmarks.run.run_population`, whose members
     fail apart, and whose member another process holds is skipped as a run would be):
     one line per run that did not finish, each also printed."""
-    if config.population == 1:
-        run(config)
+    if plan.config.population == 1:
+        run(plan)
         return []
-    outcomes = run_population(config, skip_held=True)
+    outcomes = run_population(plan, skip_held=True)
     failures = []
-    for member, outcome in zip(member_configs(config), outcomes, strict=True):
+    for member, outcome in zip(member_plans(plan), outcomes, strict=True):
         if outcome.error is not None:
-            print(f"{run_name(member)}: {outcome.verdict}, {outcome.error}", flush=True)
-            failures.append(f"{run_name(member)}: {outcome.error}")
+            print(f"{member.name}: {outcome.verdict}, {outcome.error}", flush=True)
+            failures.append(f"{member.name}: {outcome.error}")
     return failures
 
 
@@ -242,46 +242,48 @@ def run_cell(config: RunConfig, expected_name: str | None = None) -> list[str]:
     `expected_name`: the run's name as the sweep's driver resolved it. A CPU run's
     `dtype = "fast"` resolves by the processor it runs on, so a worker on a node whose
     processor resolves otherwise would write another folder in other arithmetic: it
-    refuses instead (a cluster of mixed processors, `check_one_precision`)."""
+    refuses instead (a cluster of mixed processors, `check_one_precision`). The worker
+    resolves the configuration's plan itself, on its own machine."""
     try:
-        if expected_name is not None and run_name(config) != expected_name:
+        plan = resolve(config)
+        if expected_name is not None and plan.name != expected_name:
             raise UsageError(
                 f"{expected_name}: this node resolves dtype={config.dtype!r} to "
-                f"{run_identity(config)['dtype']} ({cpu_features()}), the sweep's driver "
+                f"{plan.dtype} ({cpu_features()}), the sweep's driver "
                 f"otherwise; run the sweep where every node computes in one precision, or "
                 f"give an explicit --dtype"
             )
-        return run_one(config)
+        return run_one(plan)
     finally:
         # Ray reuses the worker for other tasks: what a task started ends with it, as the
         # resources it reserved do.
         close_workers()
 
 
-def ray_task_options(config: RunConfig, sweep: SweepConfig) -> dict[str, Any]:
+def ray_task_options(plan: RunPlan, sweep: SweepConfig) -> dict[str, Any]:
     """The resources and retry policy of one configuration's Ray task."""
     return {
         "num_cpus": sweep.cpus_per_run,
-        "num_gpus": sweep.gpus_per_run if config.device.startswith("cuda") else 0,
+        "num_gpus": sweep.gpus_per_run if plan.config.device.startswith("cuda") else 0,
         # Worker death only (killed, out of memory, node lost): the rerun resumes.
         "max_retries": sweep.retries,
         # An error the run raised would only repeat.
         "retry_exceptions": False,
-        "name": run_name(config),
+        "name": plan.name,
     }
 
 
-def run_on_ray(configs: Sequence[RunConfig], sweep: SweepConfig) -> list[str]:
+def run_on_ray(plans: Sequence[RunPlan], sweep: SweepConfig) -> list[str]:
     """Submit every configuration as a Ray task, report each as it ends; one line per
     failed run (its error, or the worker death that outlived the retries)."""
     if not ray.is_initialized():
         ray.init(address=sweep.ray_address)  # None: RAY_ADDRESS, else a local Ray
     remote_cell = ray.remote(run_cell)
     pending = {}
-    for config in configs:
-        options = ray_task_options(config, sweep)
-        pending[remote_cell.options(**options).remote(config, options["name"])] = config
-        print(f"submitted {population_label(config)}", flush=True)
+    for plan in plans:
+        options = ray_task_options(plan, sweep)
+        pending[remote_cell.options(**options).remote(plan.config, options["name"])] = plan
+        print(f"submitted {population_label(plan)}", flush=True)
     failures, ended = [], 0
     while pending:
         [ref], _ = ray.wait(list(pending), num_returns=1)
@@ -297,11 +299,11 @@ def run_on_ray(configs: Sequence[RunConfig], sweep: SweepConfig) -> list[str]:
             failures.append(f"{name}: {error.cause}")
         except ray.exceptions.RayError as error:  # its worker died more than --retries times
             failures.append(f"{name}: {type(error).__name__}: {str(error).splitlines()[0]}")
-        print(f"[{ended}/{len(configs)}] {name}: {status}", flush=True)
+        print(f"[{ended}/{len(plans)}] {name}: {status}", flush=True)
     return failures
 
 
-EXECUTORS: dict[str, Callable[[Sequence[RunConfig], SweepConfig], list[str]]] = {
+EXECUTORS: dict[str, Callable[[Sequence[RunPlan], SweepConfig], list[str]]] = {
     "local": run_local,
     "ray": run_on_ray,
 }
@@ -320,20 +322,21 @@ def check_ray_options(sweep: SweepConfig, configs: Sequence[RunConfig]) -> None:
         )
 
 
-def check_one_precision(configs: Sequence[RunConfig]) -> None:
-    """UsageError where `--out` already holds one of `configs` computed in another
+def check_one_precision(plans: Sequence[RunPlan]) -> None:
+    """UsageError where `--out` already holds one of `plans` computed in another
     precision than its `dtype` (`auto`, `fast`) resolves to here.
 
     Such a folder means the sweep began on another processor or device: continuing here
     would start a second grid in other arithmetic beside the first (the study names each
     precision's rows apart, so neither would finish). Refused before any run starts."""
-    for config in configs:
+    for plan in plans:
+        config = plan.config
         if config.name or config.dtype not in PER_MACHINE_DTYPES:
             continue
-        identity = run_identity(config)
+        identity = plan.identity
         here = identity["dtype"]
         for precision in MACHINE_RESOLVED_DTYPES:
-            twin = hashed_name(config, {**identity, "dtype": precision})
+            twin = hashed_name(plan, {**identity, "dtype": precision})
             if precision != here and (config.out / twin).exists():
                 raise UsageError(
                     f"{config.out} holds this sweep's runs computed in {precision} (e.g. "
@@ -352,23 +355,28 @@ def main(argv: list[str] | None = None) -> int:
     configs = load_sweep(sweep.config, sweep.out)[shard_index::shard_count]
     if sweep.executor == "ray":
         check_ray_options(sweep, configs)
+    plans = []
     for config in configs:
+        # Each cell resolved once: its checks, its folder and its run read the one plan.
+        plan = resolve(config)
         # A Ray task checks its device where it runs: the driver (a cluster's head
         # node) may have no GPU. The device is not part of a run's identity.
-        validate(dataclasses.replace(config, device="cpu") if sweep.executor == "ray" else config)
-    check_one_precision(configs)
+        on_cpu = dataclasses.replace(plan.config, device="cpu")
+        validate(dataclasses.replace(plan, config=on_cpu) if sweep.executor == "ray" else plan)
+        plans.append(plan)
+    check_one_precision(plans)
     try:
-        finished = [is_finished(config) for config in configs]
+        finished = [is_finished(plan) for plan in plans]
     except DamagedFileError as error:  # a run folder's records: one line, exit 2
         raise UsageError(str(error)) from error
-    print(f"{len(configs)} runs, {sum(finished)} finished")
+    print(f"{len(plans)} runs, {sum(finished)} finished")
     todo = []
-    for number, (config, done) in enumerate(zip(configs, finished, strict=True), start=1):
+    for number, (plan, done) in enumerate(zip(plans, finished, strict=True), start=1):
         if done or sweep.dry_run:
             status = "finished, skipped" if done else "to run"
-            print(f"[{number}/{len(configs)}] {run_name(config)}: {status}", flush=True)
+            print(f"[{number}/{len(plans)}] {plan.name}: {status}", flush=True)
         if not done:
-            todo.append(config)
+            todo.append(plan)
     todo = group_into_populations(todo, sweep.population)
     failures = [] if sweep.dry_run or not todo else EXECUTORS[sweep.executor](todo, sweep)
     if sweep.leaderboard and not sweep.dry_run and configs:

@@ -2,12 +2,12 @@
 
 A sweep file (`benchmarks/sweep.py`) is TOML: a `[common]` table and one or more `[[grid]]`
 tables of `RunConfig` fields. Each value is checked against its field's declared type
-(`benchmarks/run_config.py`, read here, not restated), so that `steps = "abc"`,
+(`benchmarks/run/config.py`, read here, not restated), so that `steps = "abc"`,
 `seed = 1.5`, `faults = 3` or `eval_episodes = {a = 1}` is one line naming the file, the
 table and the field, not a traceback or a folder named `seed1.5`. In a grid a list is an
 axis and each of its values is checked; an empty axis (`seed = []`) would run nothing, so
 it is refused too. Ranges and names (a negative step count, an unknown env) are
-`benchmarks.run_validate`'s to check, once per built configuration.
+`benchmarks/run/validate.py`'s to check, once per built configuration.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from creditgym.benchmarks.cli import UsageError, suggest
-from creditgym.benchmarks.run_config import RunConfig
+from creditgym.benchmarks.run.config import RunConfig
 
 SECTIONS = ("common", "grid")
 FIELD_TYPES = typing.get_type_hints(RunConfig)

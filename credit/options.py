@@ -9,7 +9,7 @@ the values' ranges. From that one declaration:
 - `parse_options(Options, pairs)`: the command line's `key=value` texts
   (`--credit-options`) -> an instance, each value parsed by its field's type (`parse_value`);
   an unknown key, a key given twice or a refused value is one ValueError;
-- `canonical_texts(options)`: the run's identity (benchmarks/run_identity.py's run name, config.json
+- `canonical_texts(options)`: the run's identity (benchmarks/run/identity.py's run name, config.json
   and the leaderboard row): `key=value` of the options off their defaults, sorted by key,
   each value in one spelling (`format_value`). So `causal_contrast=true`, `=True` and `=1`
   are one run, and an option spelled out at its default is the run without it;

@@ -260,6 +260,15 @@ def interrupted_while_importing_main(signum: int, frame: types.FrameType | None)
     interrupted_while_starting(signum, frame)
 
 
+def command_module(argv: Sequence[str]) -> str:
+    """The command `python -m [creditgym.]benchmarks.<module>` runs, from the interpreter's
+    own command line (`sys.orig_argv`): a package's command (`benchmarks/run/`) fails in its
+    `__init__`, before its `__main__` module has a name."""
+    if "-m" not in argv[:-1]:
+        return "<command>"
+    return argv[argv.index("-m") + 1].removesuffix(".__main__").rsplit(".", 1)[-1]
+
+
 def report_start_failures() -> None:
     """For `python -m creditgym.benchmarks.<module>`: a Ctrl-C while the module imports
     (`interrupted_while_importing_main`), and an uncaught missing extra, print their one
@@ -267,9 +276,7 @@ def report_start_failures() -> None:
     signal.signal(signal.SIGINT, interrupted_while_importing_main)
 
     def hook(kind: type[BaseException], error: BaseException, trace: types.TracebackType | None):
-        main = sys.modules.get("__main__")
-        spec = getattr(main, "__spec__", None)
-        module = spec.name.rsplit(".", 1)[-1] if spec is not None else "<command>"
+        module = command_module(sys.orig_argv)
         failure = start_failure_line(error, f"python -m creditgym.benchmarks.{module}")
         if failure is None:
             sys.__excepthook__(kind, error, trace)

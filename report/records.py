@@ -262,7 +262,7 @@ def read_eval_trajectories(run_dir: Path) -> dict[tuple[str, int], dict[str, Any
 
 
 def read_samples(run_dir: Path) -> list[dict[str, Any]]:
-    """The sample trajectories of a run (`benchmarks/run_samples.py`), empty without them.
+    """The sample trajectories of a run (`benchmarks/run/samples.py`), empty without them.
 
     Raises:
         DamagedFileError: a line that is not a sample, or an incomplete last line: the

@@ -15,9 +15,8 @@ from pathlib import Path
 import pytest
 
 from creditgym import envs
-from creditgym.benchmarks.run import main, prepare_run_dir
-from creditgym.benchmarks.run_config import RunConfig
-from creditgym.benchmarks.run_identity import run_name
+from creditgym.benchmarks.run import RunConfig, main, resolve
+from creditgym.benchmarks.run.command import prepare_run_dir
 from creditgym.envs.alfworld.data import (
     DEFAULT_SEED,
     DEFAULT_SIZES,
@@ -165,17 +164,17 @@ def test_a_run_on_another_game_set_gets_another_run_folder(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     cfg = RunConfig(out=tmp_path / "runs", **EXPERT)
-    names = [run_name(cfg)]
+    names = [resolve(cfg).name]
     for folder in (COMMITTED, _fewer_games(tmp_path)):
         monkeypatch.setenv("ALFWORLD_DATA", str(folder))
-        names.append(run_name(cfg))
-        config = records.read_json(prepare_run_dir(cfg) / records.CONFIG_FILE)
+        names.append(resolve(cfg).name)
+        config = records.read_json(prepare_run_dir(resolve(cfg)) / records.CONFIG_FILE)
         assert config["game_set"] == config["identity"]["game_set"]
         assert config["game_set"] == envs.data_fingerprint(ALFWORLD_ID, {}).description
     assert len(set(names)) == 3
     # The default set is recorded and hashed like any other.
     monkeypatch.delenv("ALFWORLD_DATA")
-    config = records.read_json(prepare_run_dir(cfg) / records.CONFIG_FILE)
+    config = records.read_json(prepare_run_dir(resolve(cfg)) / records.CONFIG_FILE)
     assert config["game_set"] == config["identity"]["game_set"] == DEFAULT_GAME_SET
 
 
@@ -191,4 +190,4 @@ def test_committed_run_folders_are_named_by_their_configuration() -> None:
             for key, value in json.loads(path.read_text()).items()
             if key in fields
         }
-        assert run_name(RunConfig(**{**config, "out": Path(config["out"])})) == path.parent.name
+        assert resolve(RunConfig(**{**config, "out": Path(config["out"])})).name == path.parent.name

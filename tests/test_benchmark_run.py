@@ -13,10 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from creditgym.benchmarks.run import main, parse_config, run
-from creditgym.benchmarks.run_config import RunConfig
-from creditgym.benchmarks.run_identity import run_name
-from creditgym.benchmarks.run_samples import write_samples
+from creditgym.benchmarks.run import RunConfig, main, parse_config, resolve, run
+from creditgym.benchmarks.run.samples import write_samples
 from creditgym.report import records
 
 REPO = Path(__file__).resolve().parent.parent
@@ -76,13 +74,13 @@ def test_preset_sets_defaults_and_flags_still_override():
 def test_group_size_defaults_to_one_for_hp_rlvr_only():
     hp = RunConfig(credit="hp_rlvr", model="tiny")
     grpo = RunConfig(credit="grpo", model="tiny")
-    assert "G1" in run_name(hp) and "G8" in run_name(grpo)
-    assert run_name(RunConfig(credit="hp_rlvr", group_size=1, model="tiny")) == run_name(hp)
+    assert "G1" in resolve(hp).name and "G8" in resolve(grpo).name
+    assert resolve(RunConfig(credit="hp_rlvr", group_size=1, model="tiny")).name == resolve(hp).name
 
 
 @pytest.mark.slow  # a whole run; its samples score every credit module with `tiny` (35 s)
 def test_run_folder_holds_config_provenance_episodes_and_samples(tmp_path):
-    run_dir = run(scripted(tmp_path, model="expert", sample_group_size=2))
+    run_dir = run(resolve(scripted(tmp_path, model="expert", sample_group_size=2)))
     config = records.read_json(run_dir / records.CONFIG_FILE)
     assert config["env_id"] == "creditgym/SysDiag-v0" and config["method_trainer"] == "eval-only"
     provenance = records.read_json(run_dir / records.PROVENANCE_FILE)
@@ -104,18 +102,20 @@ def test_run_folder_holds_config_provenance_episodes_and_samples(tmp_path):
 
 
 def test_expert_beats_random_on_the_same_tasks(tmp_path):
-    expert = records.read_episodes(run(scripted(tmp_path, model="expert", eval_episodes=10)))
-    rand = records.read_episodes(run(scripted(tmp_path, eval_episodes=10)))
+    expert = records.read_episodes(
+        run(resolve(scripted(tmp_path, model="expert", eval_episodes=10)))
+    )
+    rand = records.read_episodes(run(resolve(scripted(tmp_path, eval_episodes=10))))
     assert [e.task_id for e in expert] == [e.task_id for e in rand]  # same evaluation tasks
     assert sum(e.success for e in expert) == 10 > sum(e.success for e in rand)
 
 
 def test_rerun_extends_without_repeating_and_repairs_a_torn_line(tmp_path):
-    run_dir = run(scripted(tmp_path, eval_episodes=4))
+    run_dir = run(resolve(scripted(tmp_path, eval_episodes=4)))
     first = (run_dir / records.EPISODES_FILE).read_text()
     with open(run_dir / records.EPISODES_FILE, "a") as handle:
         handle.write('{"index": 4, "env": "torn')  # what a kill mid-write leaves
-    assert run(scripted(tmp_path, eval_episodes=7)) == run_dir
+    assert run(resolve(scripted(tmp_path, eval_episodes=7))) == run_dir
     text = (run_dir / records.EPISODES_FILE).read_text()
     assert text.startswith(first)
     assert [e.index for e in records.read_episodes(run_dir)] == list(range(7))
@@ -171,7 +171,7 @@ def test_training_run_writes_metrics_then_a_rerun_reuses_the_trained_policy(tmp_
     config = RunConfig(env="sysdiag", model="tiny", credit="grpo", steps=1, group_size=2,
                        tasks_per_step=1, eval_episodes=2, max_episode_steps=3,
                        sample_group_size=2, out=tmp_path)  # fmt: skip
-    run_dir = run(config)
+    run_dir = run(resolve(config))
     training = records.read_json(run_dir / records.TRAINING_FILE)
     metrics = records.read_metrics(run_dir)
     # equal_rollouts batching: 1 task x G=8 rollouts worth, i.e. 4 tasks x G=2.
@@ -185,7 +185,7 @@ def test_training_run_writes_metrics_then_a_rerun_reuses_the_trained_policy(tmp_
 
     # A rerun asking for more episodes evaluates the exported policy: no retraining.
     stamp = (run_dir / records.TRAINING_FILE).stat().st_mtime_ns
-    run(dataclasses.replace(config, eval_episodes=3))
+    run(resolve(dataclasses.replace(config, eval_episodes=3)))
     assert (run_dir / records.TRAINING_FILE).stat().st_mtime_ns == stamp
     assert records.read_metrics(run_dir) == metrics
     assert [e.index for e in records.read_episodes(run_dir)] == [0, 1, 2]
@@ -201,7 +201,7 @@ def test_samples_score_the_runs_own_module_with_its_convention(tmp_path):
         cfg = dataclasses.replace(cfg, **settings)
         run_dir = tmp_path / "samples" / str(sorted(settings.items()))
         run_dir.mkdir(parents=True)
-        write_samples(cfg, "creditgym/KeyDoor-v0", run_dir, None)
+        write_samples(resolve(cfg), run_dir, None)
         return list(records.iter_jsonl(run_dir / records.SAMPLES_FILE))
 
     default = samples()

@@ -1,4 +1,4 @@
-"""bfloat16 matrix products (agents/precision.py): what is converted, and the PPO ratio.
+"""bfloat16 matrix products (models/precision.py): what is converted, and the PPO ratio.
 
 Tolerance of the first epoch's ratio: rollouts and the update run the same
 `BFloat16Linear`s, but a decode step multiplies a few rows and the update whole prompts,
@@ -21,19 +21,19 @@ from peft import PeftModel
 from transformers import AutoModelForCausalLM
 
 import tests.rollout_envs  # noqa: F401  (registers Corridor-v0 in this process)
-from creditgym.agents import precision
+from creditgym.agents.action_logprobs import action_logprobs
 from creditgym.agents.llm import LLMAgent
-from creditgym.agents.logprobs import action_logprobs
-from creditgym.agents.models import build_tiny
-from creditgym.agents.precision import (
+from creditgym.agents.rollout import collect
+from creditgym.agents.trajectory import TokenBatch
+from creditgym.models import precision
+from creditgym.models.precision import (
     BFloat16Linear,
     cpu_features,
     has_bfloat16_matmuls,
     native_bfloat16,
     use_bfloat16_matmuls,
 )
-from creditgym.agents.rollout import collect
-from creditgym.agents.trajectory import TokenBatch
+from creditgym.models.registry import build_tiny
 from creditgym.trainers.activation_checkpointing import measure_activation_cost
 from creditgym.trainers.core import LoraSettings, prepare_policy
 
@@ -188,20 +188,21 @@ def test_cpu_features_name_the_flags_that_decide_the_precision():
 
 def test_dtype_fast_picks_bfloat16_products_only_where_native_and_for_lora():
     from creditgym.benchmarks.common import BFLOAT16_PRODUCTS
-    from creditgym.benchmarks.run_config import RunConfig
-    from creditgym.benchmarks.run_identity import run_name
-    from creditgym.benchmarks.run_settings import model_dtype
+    from creditgym.benchmarks.run import RunConfig, resolve
 
     native = BFLOAT16_PRODUCTS if native_bfloat16() else "float32"
-    assert model_dtype(RunConfig(dtype="fast", model="smollm2-135m")) == native
+    assert resolve(RunConfig(dtype="fast", model="smollm2-135m")).dtype == native
     # full fine-tuning (small, tiny) keeps float32: the same run as float32
-    assert model_dtype(RunConfig(dtype="fast", model="small")) == "float32"
-    assert run_name(RunConfig(dtype="fast", model="small")) == run_name(RunConfig(model="small"))
+    assert resolve(RunConfig(dtype="fast", model="small")).dtype == "float32"
+    assert (
+        resolve(RunConfig(dtype="fast", model="small")).name
+        == resolve(RunConfig(model="small")).name
+    )
     # auto is unchanged: float32 on a CPU
-    assert model_dtype(RunConfig(model="smollm2-135m")) == "float32"
+    assert resolve(RunConfig(model="smollm2-135m")).dtype == "float32"
     fast = RunConfig(dtype="fast", model="smollm2-135m")
     float32 = RunConfig(model="smollm2-135m")
-    assert (run_name(fast) != run_name(float32)) == native_bfloat16()
+    assert (resolve(fast).name != resolve(float32).name) == native_bfloat16()
 
 
 def grouped_query_model() -> torch.nn.Module:

@@ -28,8 +28,8 @@ from pathlib import Path
 import pytest
 
 from creditgym import cli
-from creditgym.agents.models import ALLOW_HUB_ENV, ModelUnavailableError, load_model
 from creditgym.cli import COMMANDS, extras_by_package
+from creditgym.models.registry import ALLOW_HUB_ENV, ModelUnavailableError, load_model
 
 REPO = Path(__file__).resolve().parent.parent
 CREDITGYM = Path(sys.executable).parent / "creditgym"
@@ -124,19 +124,21 @@ def test_an_unknown_model_fails_at_once_without_asking_a_hub(monkeypatch):
 
 # The folders of the installed package (`creditgym.<folder>`, creditgym/ itself).
 PACKAGE_FOLDERS = (
-    "creditgym", "agents", "benchmarks", "credit", "envs", "integrations", "measure", "trainers",
+    "creditgym", "agents", "benchmarks", "credit", "envs", "integrations", "measure", "models",
+    "trainers",
 )  # fmt: skip
 # Modules with a `__main__` block that take no flags of a user's, each with its reason.
 NOT_COMMANDS = {
     "creditgym/cli.py": "the console script itself, whose commands are tested one by one",
     "envs/code/sandbox.py": "the code env's fork server, started by the env with its own argv",
-    "agents/local_tokenizer.py": "a maintainer's rebuild whose one argument is the file to write",
+    "agents/tokenizer_corpus.py": "a maintainer's rebuild whose one argument is the file to write",
 }
 # Every module a user runs, found rather than listed (a new command is covered at once):
 # each module of the package with a `__main__` block (the perf scripts, the ALFWorld game
-# generator), as `<folder>.<module>`: `python -m creditgym.<folder>.<module>` runs it.
+# generator), as `<folder>.<module>`: `python -m creditgym.<folder>.<module>` runs it (a
+# package's `__main__.py` as the package: `benchmarks.run`).
 COMMAND_MODULES = sorted(
-    ".".join(path.relative_to(REPO).with_suffix("").parts)
+    ".".join(path.relative_to(REPO).with_suffix("").parts).removesuffix(".__main__")
     for folder in PACKAGE_FOLDERS
     for path in (REPO / folder).rglob("*.py")
     if 'if __name__ == "__main__":' in path.read_text()

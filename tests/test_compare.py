@@ -17,7 +17,7 @@ import pytest
 import scipy.stats
 
 from creditgym.benchmarks.compare import finished_run, main, plan_cells
-from creditgym.benchmarks.run_identity import run_name
+from creditgym.benchmarks.run import resolve
 from creditgym.benchmarks.sweep import load_sweep
 from creditgym.report import comparison, records
 from creditgym.report.stats import Interval
@@ -157,7 +157,7 @@ def test_compare_runs_the_module_and_grpo_then_prints_the_paired_verdicts(tmp_pa
     mine = run_folders(out, EXAMPLE)
     swept = tmp_path / "swept.toml"
     swept.write_text(TINY_PLAN.replace('["grpo", "hcapo"]', f'"{EXAMPLE}"'), encoding="utf-8")
-    assert [d.name for d in mine] == [run_name(c) for c in load_sweep(swept, out)[:3]]
+    assert [d.name for d in mine] == [resolve(c).name for c in load_sweep(swept, out)[:3]]
     assert run_folders(out, "grpo") == []
 
     # The same command unsharded runs what is left (grpo), then prints the verdicts.

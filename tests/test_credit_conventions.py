@@ -11,10 +11,8 @@ import math
 import numpy as np
 import pytest
 
-from creditgym.benchmarks.run import main
-from creditgym.benchmarks.run_build import build_credit
-from creditgym.benchmarks.run_config import RunConfig
-from creditgym.benchmarks.run_identity import run_identity, run_name
+from creditgym.benchmarks.run import RunConfig, main, resolve
+from creditgym.benchmarks.run.build import build_credit
 from creditgym.credit.base import CreditContext, build
 from creditgym.credit.gigpo import (
     GiGPO,
@@ -277,8 +275,11 @@ def test_a_convention_the_module_lacks_is_one_line_and_exit_2(argv, expected, ca
 def test_the_convention_is_part_of_the_run_identity():
     # Hashed at its default too; any other convention is another run.
     base = RunConfig(credit="gigpo", model="tiny")
-    assert run_identity(base)["credit_convention"] == "creditgym"
-    assert run_name(dataclasses.replace(base, credit_convention="verl-agent")) != run_name(base)
+    assert resolve(base).identity["credit_convention"] == "creditgym"
+    assert (
+        resolve(dataclasses.replace(base, credit_convention="verl-agent")).name
+        != resolve(base).name
+    )
 
 
 # --- verl-agent's float32 sums: returns equal in exact arithmetic, an ulp apart ---------------

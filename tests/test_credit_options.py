@@ -22,19 +22,15 @@ import numpy as np
 import pytest
 
 from creditgym import credit
-from creditgym.agents.models import build_tiny
 from creditgym.agents.prompts import HINDSIGHT_POSITIONS
-from creditgym.benchmarks import common
 from creditgym.benchmarks.cli import UsageError
-from creditgym.benchmarks.run import main, parse_config
-from creditgym.benchmarks.run_config import RunConfig
-from creditgym.benchmarks.run_identity import run_identity, run_name
-from creditgym.benchmarks.run_settings import credit_options_of
-from creditgym.benchmarks.run_train import training_credit
+from creditgym.benchmarks.run import RunConfig, main, parse_config, resolve
+from creditgym.benchmarks.run.train import training_credit
 from creditgym.credit.exact_hindsight import OUTCOMES
 from creditgym.credit.hca import Outcome
 from creditgym.credit.hindsight import WORDINGS, HindsightPosition, WordingName
 from creditgym.credit.options import field_types, format_value, options_help, parse_value
+from creditgym.models.registry import build_tiny
 from tests.credit_cases import scripted_trajectory
 from tests.doc_recipes import check_entry_point, docs_section, documented_file, documented_module
 
@@ -86,9 +82,9 @@ def test_every_option_reaches_the_module_from_the_command_line(module, key, tiny
     texts = (f"{key}={format_value(value)}", *COMPANIONS.get((module, key), ()))
     argv = ["--credit", module, "--env", "keydoor", "--model", "tiny", "--out", str(tmp_path)]
     cfg = parse_config([*argv, "--credit-options", *texts])
-    built = training_credit(cfg, common.env_id(cfg.env), tiny)
+    built = training_credit(resolve(cfg), tiny)
     assert getattr(built.options, key) == value
-    assert f"{key}={format_value(value)}" in run_identity(cfg)["credit_options"]
+    assert f"{key}={format_value(value)}" in resolve(cfg).identity["credit_options"]
 
 
 def help_text(capsys, monkeypatch) -> str:
@@ -132,24 +128,28 @@ def test_the_credit_help_names_every_registered_module(capsys, monkeypatch):
 def test_the_four_spellings_of_one_value_are_one_run_and_a_spelled_default_is_none():
     base = RunConfig(env="keydoor", credit="hcapo", model="tiny")
     names = {
-        spelling: run_name(dataclasses.replace(base, credit_options=(spelling,)))
+        spelling: resolve(dataclasses.replace(base, credit_options=(spelling,))).name
         for spelling in ("causal_contrast=true", "causal_contrast=True", "causal_contrast=1")
     }
     assert len(set(names.values())) == 1
-    assert run_name(base) not in names.values()
-    assert run_name(dataclasses.replace(base, credit_options=("causal_contrast=false",))) == (
-        run_name(base)
+    assert resolve(base).name not in names.values()
+    assert resolve(dataclasses.replace(base, credit_options=("causal_contrast=false",))).name == (
+        resolve(base).name
     )
     assert (
-        run_identity(
+        resolve(
             dataclasses.replace(base, credit_options=("causal_contrast=false", "gamma=0.950"))
-        )["credit_options"]
+        ).identity["credit_options"]
         == []
     )
     # Numbers are one value too: 1 and 1.0 and 1e0 are one clip, in any order of keys.
-    one = run_name(dataclasses.replace(base, credit_options=("clip=1,1", "gamma=1")))
-    assert one == run_name(dataclasses.replace(base, credit_options=("gamma=1.0", "clip=1e0,1.")))
-    identity = run_identity(dataclasses.replace(base, credit_options=("gamma=1.0", "clip=1e0,1.")))
+    one = resolve(dataclasses.replace(base, credit_options=("clip=1,1", "gamma=1"))).name
+    assert (
+        one == resolve(dataclasses.replace(base, credit_options=("gamma=1.0", "clip=1e0,1."))).name
+    )
+    identity = resolve(
+        dataclasses.replace(base, credit_options=("gamma=1.0", "clip=1e0,1."))
+    ).identity
     assert identity["credit_options"] == ["clip=1,1", "gamma=1"]
 
 
@@ -162,9 +162,9 @@ def test_bad_options_are_one_usage_line_naming_the_module():
         (("gamma=1", "gamma=0.5"), "given twice"),
     ):
         with pytest.raises(UsageError, match=message):
-            credit_options_of(dataclasses.replace(base, credit_options=bad))
+            resolve(dataclasses.replace(base, credit_options=bad))
     with pytest.raises(UsageError, match="needs a --credit module"):
-        credit_options_of(dataclasses.replace(base, credit="none", credit_options=("gamma=1",)))
+        resolve(dataclasses.replace(base, credit="none", credit_options=("gamma=1",)))
 
 
 LITERAL_OPTIONS = [
@@ -239,16 +239,16 @@ def test_committed_runs_with_credit_options_are_named_by_their_configuration():
     assert len(files) >= 40
     for config_file in files:
         cfg = committed_config(config_file)
-        assert run_name(cfg) == config_file.parent.name
+        assert resolve(cfg).name == config_file.parent.name
         recorded = json.loads(config_file.read_text())["identity"]
-        assert run_identity(cfg)["credit_options"] == recorded["credit_options"]
+        assert resolve(cfg).identity["credit_options"] == recorded["credit_options"]
 
 
 @pytest.mark.slow
 def test_every_committed_run_folder_is_named_by_its_configuration():
     files = committed_run_configs(with_options_only=False)
     assert len(files) >= 300
-    renamed = [f.parent for f in files if run_name(committed_config(f)) != f.parent.name]
+    renamed = [f.parent for f in files if resolve(committed_config(f)).name != f.parent.name]
     assert renamed == []
 
 
@@ -286,13 +286,13 @@ def recipe_module(monkeypatch, tmp_path_factory):
 def test_the_recipe_module_takes_its_options_from_the_command_line(recipe_module, tmp_path):
     argv = ["--credit", "discounted", "--env", "keydoor", "--model", "tiny", "--out", str(tmp_path)]
     cfg = parse_config([*argv, "--credit-options", "gamma=0.5"])
-    module = training_credit(cfg, common.env_id(cfg.env), None)
+    module = training_credit(resolve(cfg), None)
     assert module.options == recipe_module.Options(0.5)
-    assert run_identity(cfg)["credit_options"] == ["gamma=0.5"]
+    assert resolve(cfg).identity["credit_options"] == ["gamma=0.5"]
     at_default = dataclasses.replace(cfg, credit_options=("gamma=0.90",))
-    assert run_name(at_default) == run_name(dataclasses.replace(cfg, credit_options=()))
+    assert resolve(at_default).name == resolve(dataclasses.replace(cfg, credit_options=())).name
     with pytest.raises(UsageError, match=r"gamma must be in \[0, 1\]"):
-        credit_options_of(dataclasses.replace(cfg, credit_options=("gamma=2",)))
+        resolve(dataclasses.replace(cfg, credit_options=("gamma=2",)))
     output = module([scripted_trajectory("g", [0.0, 1.0], True)])
     np.testing.assert_allclose(output.step_advantages[0], [0.5, 1.0])
     assert "discounted:\n  gamma=0.9 (float): discount" in options_help(credit.REGISTRY)

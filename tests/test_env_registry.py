@@ -157,7 +157,7 @@ def test_the_recipe_env_runs_through_the_command_line(recipe_env, tmp_path):
 
 
 # --- the env's own facts, beside its registration -----------------------------------------
-SOURCE_PACKAGES = ("agents", "credit", "measure", "trainers", "benchmarks")
+SOURCE_PACKAGES = ("models", "agents", "credit", "measure", "trainers", "benchmarks")
 
 
 def _entry_class(env_id: str) -> type:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 from creditgym.benchmarks.run import main
-from creditgym.benchmarks.run_eval import drop_unrecorded_trajectories
+from creditgym.benchmarks.run.evaluate import drop_unrecorded_trajectories
 from creditgym.report import records
 
 EXPERT = ["--env", "keydoor", "--model", "expert", "--credit", "none", "--sample-group-size", "0"]

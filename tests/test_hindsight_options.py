@@ -7,23 +7,22 @@ import numpy as np
 import pytest
 import torch
 
-from creditgym.agents.generation_cache import parameter_fingerprint
-from creditgym.agents.models import build_tiny
 from creditgym.agents.prompts import INSTRUCTION, build_messages
 from creditgym.benchmarks.cli import UsageError
 from creditgym.benchmarks.hindsight_ablation import main
-from creditgym.benchmarks.run_config import RunConfig
-from creditgym.benchmarks.run_identity import run_identity, run_name
-from creditgym.benchmarks.run_validate import validate
+from creditgym.benchmarks.run import RunConfig, resolve
+from creditgym.benchmarks.run.validate import validate
 from creditgym.credit import REGISTRY
 from creditgym.credit.base import CreditContext, build
 from creditgym.credit.hcapo import HCAPO, HCAPOOptions, outcome_hindsight, self_normalised_ratio
 from creditgym.credit.hindsight import HCAPO_WORDING, HP_RLVR_WORDING, hindsight_block
 from creditgym.credit.hp_rlvr import HPRLVR, HPRLVROptions, future_hindsight
 from creditgym.credit.options import parse_options
-from creditgym.credit.scoring import PairedScores, ScoreMemo
 from creditgym.credit.views import action_span_mask, causal_view
 from creditgym.measure.variants import VARIANTS
+from creditgym.models.generation_cache import parameter_fingerprint
+from creditgym.models.registry import build_tiny
+from creditgym.models.scoring import PairedScores, ScoreMemo
 from tests.credit_cases import scripted_trajectory, tokenised
 
 
@@ -261,15 +260,15 @@ def test_credit_options_enter_the_run_identity_in_any_order_and_bad_ones_are_ref
     base = RunConfig(env="keydoor", credit="hcapo")
     named = dataclasses.replace(base, credit_options=("temperature=1", "clip=0.5,2"))
     reordered = dataclasses.replace(base, credit_options=("clip=0.5,2", "temperature=1"))
-    assert run_name(named) == run_name(reordered) != run_name(base)
-    assert run_identity(base)["credit_options"] == []  # none named: the module's defaults
+    assert resolve(named).name == resolve(reordered).name != resolve(base).name
+    assert resolve(base).identity["credit_options"] == []  # none named: the module's defaults
     for bad, message in (
         (("temp=1",), "no option 'temp'"),
         (("temperature",), "key=value"),
         (("temperature=hot",), "expected a number"),
     ):
         with pytest.raises(UsageError, match=message):
-            validate(dataclasses.replace(base, credit_options=bad))
+            validate(resolve(dataclasses.replace(base, credit_options=bad)))
 
 
 def test_weight_normalisation_makes_hp_rlvr_credit_blind_to_the_divergence_level(tiny):

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 
 from creditgym.benchmarks import leaderboard as leaderboard_command
-from creditgym.benchmarks import run as run_module
 from creditgym.benchmarks import sweep
-from creditgym.benchmarks.run import prepare_run_dir, run
-from creditgym.benchmarks.run_config import RunConfig
-from creditgym.benchmarks.run_identity import method_label
+from creditgym.benchmarks.run import RunConfig, resolve, run
+from creditgym.benchmarks.run import command as run_module
+from creditgym.benchmarks.run.command import prepare_run_dir
+from creditgym.benchmarks.run.identity import method_label
 from creditgym.report import leaderboard, plots, records
 
 SWEEP_TOML = """
@@ -165,8 +165,8 @@ def test_leaderboard_without_runs_is_one_line_error(tmp_path, capsys):
 
 def test_training_plots_and_stats_come_from_metrics(tmp_path):
     """A run folder with a trainer's metrics.jsonl gets curves and zero-grad statistics."""
-    run_dir = run(RunConfig(env="sysdiag", model="random", credit="none", eval_episodes=2,
-                            sample_group_size=0, out=tmp_path / "runs"))  # fmt: skip
+    run_dir = run(resolve(RunConfig(env="sysdiag", model="random", credit="none", eval_episodes=2,
+                            sample_group_size=0, out=tmp_path / "runs")))  # fmt: skip
     metrics = [
         {"step": step, "iteration": step - 1, "rollout/success_rate": rate,
          "charts/grad_norm_is_zero": zero, "rollout/num_trajectories": 16.0,
@@ -216,13 +216,13 @@ def made_up_run(out: Path, successes: Sequence[bool], finished: bool = True, **o
     made-up evaluation episodes, so the leaderboard's grouping is checked without
     training."""
     cfg = RunConfig(out=out, sample_group_size=0, **options)
-    run_dir = prepare_run_dir(cfg)
+    run_dir = prepare_run_dir(resolve(cfg))
     env_id = records.read_json(run_dir / records.CONFIG_FILE)["env_id"]
     with records.JsonlAppender(run_dir / records.EPISODES_FILE) as sink:
         for index, success in enumerate(successes):
             episode = records.EpisodeRecord(
                 index=index, env=env_id, split="test", task_id=f"task{index}", task_type="",
-                seed=index, method=method_label(cfg), success=success,
+                seed=index, method=method_label(resolve(cfg)), success=success,
                 episode_return=float(success), steps=2, truncated=False, tokens=0,
             )  # fmt: skip
             sink.append(episode.to_dict())

@@ -56,6 +56,7 @@ def test_the_wheel_installs_only_the_creditgym_namespace(tmp_path):
     for folder in FOLDERS:  # each folder lands under the namespace, with its __init__
         assert f"creditgym/{folder}/__init__.py" in names, folder
     assert "creditgym/envs/keydoor/env.py" in names
+    assert "creditgym/models/small_tokenizer_v1.json" in names  # `small`'s committed tokenizer
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     assert "creditgym = creditgym.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
 
@@ -114,7 +115,8 @@ def test_creditgym_runs_beside_the_openai_agents_sdk_installed_and_from_the_root
 
 def test_the_console_script_names_every_entry_point_and_refuses_a_typo(capsys):
     for module in COMMANDS.values():
-        assert (REPO / "benchmarks" / f"{module}.py").is_file(), module
+        command = REPO / "benchmarks" / module  # a module, or a package run by its __main__
+        assert command.with_suffix(".py").is_file() or (command / "__main__.py").is_file(), module
     assert cli_main(["rn"]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "Did you mean run?" in err

@@ -1,4 +1,4 @@
-"""Population runs (`benchmarks.run --population K`, benchmarks/run_population.py): each
+"""Population runs (`benchmarks.run --population K`, benchmarks/run/population.py): each
 member's folder is its single run's, whatever K and its co-members; a kill -9 and a rerun
 leave every member as an uninterrupted run; overlapping invocations are refused; a
 failing member is one line and the others finish."""
@@ -19,10 +19,8 @@ import torch
 from safetensors.torch import load_file
 
 from creditgym.benchmarks import lock, sweep
-from creditgym.benchmarks.run import main, parse_config, run_population
-from creditgym.benchmarks.run_config import RunConfig
-from creditgym.benchmarks.run_identity import run_name
-from creditgym.benchmarks.run_population import group_into_populations, member_configs
+from creditgym.benchmarks.run import RunConfig, main, parse_config, resolve, run_population
+from creditgym.benchmarks.run.population import group_into_populations, member_plans
 from creditgym.report import records
 
 # `small` on KeyDoor delay 4: two iterations of 8 rollouts, a learning curve, samples and
@@ -51,7 +49,7 @@ def argv(out: Path, seed: int, population: int | None = None) -> list[str]:
 
 def folder(out: Path, seed: int) -> Path:
     """The run folder of `seed`'s single run under `out`."""
-    return out / run_name(parse_config(argv(out, seed)))
+    return out / resolve(parse_config(argv(out, seed))).name
 
 
 def without_clock(path: Path) -> list[dict]:
@@ -95,7 +93,7 @@ def test_a_member_is_its_single_run_whatever_the_population_size_and_co_members(
     for first, size in ((1, 1), (0, 2), (1, 2)):
         out = tmp_path / f"seeds{first}-{first + size - 1}"
         if size == 1:
-            outcomes = run_population(parse_config(argv(out, first, size)))
+            outcomes = run_population(resolve(parse_config(argv(out, first, size))))
             assert [(o.seed, o.status) for o in outcomes] == [(1, 0)]
         else:
             assert main(argv(out, first, size)) == 0
@@ -115,12 +113,12 @@ def test_a_member_is_its_single_run_whatever_the_population_size_and_co_members(
 
 def test_members_are_the_single_runs_of_consecutive_seeds_with_their_names():
     cfg = parse_config(argv(Path("out"), 5, 3))
-    members = member_configs(cfg)
-    assert [m.seed for m in members] == [5, 6, 7]
-    assert all(m.population == 1 for m in members)
+    members = member_plans(resolve(cfg))
+    assert [m.config.seed for m in members] == [5, 6, 7]
+    assert all(m.config.population == 1 and m.seeds == (m.config.seed,) for m in members)
     # The population size is not part of a run's identity: a member is named as its run.
-    assert [run_name(m) for m in members] == [
-        run_name(parse_config(argv(Path("out"), seed))) for seed in (5, 6, 7)
+    assert [m.name for m in members] == [
+        resolve(parse_config(argv(Path("out"), seed))).name for seed in (5, 6, 7)
     ]
 
 
@@ -261,16 +259,16 @@ def test_every_study_module_trains_in_a_population(credit, options, tmp_path):
     population_out, single_out = tmp_path / "population", tmp_path / "single"
     population = [*module_argv, "--population", "2", "--out", str(population_out)]
     assert main(population) == 0
-    members = member_configs(parse_config(population))
+    members = member_plans(resolve(parse_config(population)))
     for member in members:
-        run_dir = population_out / run_name(member)
+        run_dir = population_out / member.name
         assert (run_dir / records.DONE_FILE).exists()
         (metrics,) = records.read_metrics(run_dir)
         assert torch.isfinite(torch.tensor(metrics["losses/total"]))
     if credit in MODEL_SCORED:
         assert main([*module_argv, "--seed", "1", "--out", str(single_out)]) == 0
         # Its credit metrics (and the samples' hindsight credit) are its single run's.
-        name = run_name(members[1])
+        name = members[1].name
         assert without_clock(population_out / name / records.METRICS_FILE) == without_clock(
             single_out / name / records.METRICS_FILE
         )
@@ -283,17 +281,18 @@ def test_a_sweep_groups_consecutive_seeds_of_one_configuration_into_populations(
     def config(seed: int, credit: str = "grpo", name: str | None = None) -> RunConfig:
         return RunConfig(env="keydoor", model="small", credit=credit, seed=seed, name=name)
 
-    runs = [config(s) for s in (0, 1, 2, 3, 4, 6)] + [config(0, "gigpo"), config(2, "gigpo")]
-    runs += [config(7, name="mine"), config(8, name="mine")]  # named runs stay alone
+    configs = [config(s) for s in (0, 1, 2, 3, 4, 6)] + [config(0, "gigpo"), config(2, "gigpo")]
+    configs += [config(7, name="mine"), config(8, name="mine")]  # named runs stay alone
+    runs = [resolve(c) for c in configs]
     grouped = group_into_populations(runs, 3)
-    assert [(c.credit, c.seed, c.population, c.name) for c in grouped] == [
-        ("grpo", 0, 3, None),
-        ("grpo", 3, 2, None),
-        ("grpo", 6, 1, None),
-        ("gigpo", 0, 1, None),
-        ("gigpo", 2, 1, None),
-        ("grpo", 7, 1, "mine"),
-        ("grpo", 8, 1, "mine"),
+    assert [(p.config.credit, p.seeds, p.config.population, p.config.name) for p in grouped] == [
+        ("grpo", (0, 1, 2), 3, None),
+        ("grpo", (3, 4), 2, None),
+        ("grpo", (6,), 1, None),
+        ("gigpo", (0,), 1, None),
+        ("gigpo", (2,), 1, None),
+        ("grpo", (7,), 1, "mine"),
+        ("grpo", (8,), 1, "mine"),
     ]
     # The same runs, every one alone at a population size of 1.
     assert group_into_populations(runs, 1) == runs

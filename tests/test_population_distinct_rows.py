@@ -12,10 +12,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from creditgym.benchmarks import common
-from creditgym.benchmarks.run import main, parse_config, starting_policy
-from creditgym.benchmarks.run_identity import run_name
-from creditgym.benchmarks.run_train import build_trainer
+from creditgym.benchmarks.run import main, parse_config, resolve
+from creditgym.benchmarks.run.command import starting_policy
+from creditgym.benchmarks.run.train import build_trainer
 from creditgym.trainers.policy_gradient import distinct_steps
 
 ARGV = [
@@ -33,7 +32,8 @@ def trainer(tmp_path: Path, name: str, distinct: bool, kl_coef: float = 0.0):
     cfg = parse_config([*ARGV, "--out", str(tmp_path)])
     run_dir = tmp_path / name
     run_dir.mkdir()
-    built = build_trainer(cfg, common.env_id(cfg.env), run_dir, starting_policy(cfg))
+    plan = resolve(cfg)
+    built = build_trainer(plan, run_dir, starting_policy(plan))
     built.config = dataclasses.replace(built.config, distinct_rows=distinct, kl_coef=kl_coef)
     if kl_coef:
         built.reference = built._frozen_reference()
@@ -85,11 +85,11 @@ def test_distinct_rows_give_the_unshared_update_within_float_rounding(tmp_path, 
 
 def test_runs_with_distinct_rows_are_named_apart_and_the_others_keep_their_names():
     plain = parse_config(ARGV)
-    assert run_name(parse_config([*ARGV, "--update-distinct-rows"])) != run_name(plain)
+    assert resolve(parse_config([*ARGV, "--update-distinct-rows"])).name != resolve(plain).name
     # A run's name from before the option (and before --population): left out at its
     # default, neither renames a run.
     before = [*ARGV, "--steps", "3", "--eval-episodes", "16", "--eval-batch-size", "16"]
-    assert run_name(parse_config(before)) == (
+    assert resolve(parse_config(before)).name == (
         "keydoor-delay4-variancehigh_small_policy_gradient-grpo-G8-3steps_seed0_5c8056"
     )
 

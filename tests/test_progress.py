@@ -7,15 +7,16 @@ from __future__ import annotations
 import re
 import time
 
-from creditgym.agents import progress, rollout
+from creditgym.agents import rollout
 from creditgym.agents.base import RandomAgent
 from creditgym.agents.llm import LLMAgent
-from creditgym.agents.models import build_tiny
-from creditgym.agents.progress import LiveBar
-from creditgym.benchmarks import run as run_module
-from creditgym.benchmarks.run import parse_config, plan_line
-from creditgym.credit import scoring
-from creditgym.credit.views import TeacherForced
+from creditgym.benchmarks.run import command as run_module
+from creditgym.benchmarks.run import parse_config, resolve
+from creditgym.benchmarks.run.command import plan_line
+from creditgym.models import progress, scoring
+from creditgym.models.progress import LiveBar
+from creditgym.models.registry import build_tiny
+from creditgym.models.scoring import TeacherForced
 
 KEYDOOR = "creditgym/KeyDoor-v0"
 
@@ -46,14 +47,14 @@ def test_the_rollout_bar_shows_the_tokens_an_llm_generates(monkeypatch, capsys):
 
 def test_the_plan_line_names_model_steps_rollouts_episodes_and_device():
     cfg = parse_config(["--env", "keydoor", "--model", "tiny", "--credit", "hp_rlvr"])
-    line = plan_line(cfg, KEYDOOR, None)
+    line = plan_line(resolve(cfg), None)
     # hp_rlvr: G = 1 with 8x the tasks, so as many rollouts as GRPO's 1 task x G = 8.
     assert line == (
         "train tiny on creditgym/KeyDoor-v0 with policy_gradient + hp_rlvr: 1 step of 8 "
         "rollouts (G = 1), then evaluate 4 episodes, on cpu"
     )
     scripted = parse_config(["--env", "keydoor", "--model", "random", "--credit", "none"])
-    assert plan_line(scripted, KEYDOOR, None) == (
+    assert plan_line(resolve(scripted), None) == (
         "evaluate random on creditgym/KeyDoor-v0: 4 episodes, on cpu"
     )
 
@@ -61,10 +62,10 @@ def test_the_plan_line_names_model_steps_rollouts_episodes_and_device():
 def test_the_plan_line_warns_of_tens_of_minutes_for_a_large_policy_on_a_cpu(monkeypatch):
     tiny = build_tiny()
     cfg = parse_config(["--env", "keydoor", "--model", "tiny", "--credit", "grpo"])
-    assert "tens of minutes" not in plan_line(cfg, KEYDOOR, tiny)
+    assert "tens of minutes" not in plan_line(resolve(cfg), tiny)
     # The threshold at tiny's own size: tiny counts as large.
     monkeypatch.setattr(run_module, "SLOW_ON_CPU_PARAMETERS", tiny.model.num_parameters())
-    assert plan_line(cfg, KEYDOOR, tiny).endswith("policy on a CPU: expect tens of minutes")
+    assert plan_line(resolve(cfg), tiny).endswith("policy on a CPU: expect tens of minutes")
 
 
 def test_hindsight_scoring_counts_the_views_scored_of_the_total(monkeypatch, capsys):

@@ -22,10 +22,8 @@ from creditgym.agents.ray_workers import RayActorPool
 from creditgym.agents.rollout import close_workers, collect
 from creditgym.agents.workers import _POOLS
 from creditgym.benchmarks import sweep
-from creditgym.benchmarks.run import run
-from creditgym.benchmarks.run_config import RunConfig
-from creditgym.benchmarks.run_identity import run_name
-from creditgym.benchmarks.run_train import trainer_configs
+from creditgym.benchmarks.run import RunConfig, resolve, run
+from creditgym.benchmarks.run.train import trainer_configs
 from creditgym.report import records
 from tests.rollout_envs import KeyedRandomAgent
 
@@ -186,7 +184,7 @@ def test_a_killed_ray_worker_is_retried_and_its_run_loses_and_repeats_no_episode
     )
     argv = ["--config", str(config), "--out", str(tmp_path / "ray"), "--executor", "ray"]
     [cell] = sweep.load_sweep(config, tmp_path / "ray")
-    name = run_name(cell)
+    name = resolve(cell).name
     exit_codes = []
     driver = threading.Thread(target=lambda: exit_codes.append(sweep.main(argv)))
     driver.start()
@@ -205,14 +203,14 @@ def test_a_killed_ray_worker_is_retried_and_its_run_loses_and_repeats_no_episode
     assert [e.index for e in written] == list(range(episodes))
     # The retry ran the same command into the same folder: two commands, one run.
     assert len((episodes_file.parent / records.COMMANDS_FILE).read_text().splitlines()) == 2
-    clean = records.read_episodes(run(dataclasses.replace(cell, out=tmp_path / "clean")))
+    clean = records.read_episodes(run(resolve(dataclasses.replace(cell, out=tmp_path / "clean"))))
     assert written == clean  # the episodes an uninterrupted run plays
 
 
 def test_env_workers_reach_the_trainers_and_leave_the_run_name_alone(tmp_path):
     on_ray = RunConfig(env_workers="ray", out=tmp_path)
-    assert run_name(on_ray) == run_name(RunConfig(out=tmp_path))
-    for _trainer, config in trainer_configs(on_ray).values():
+    assert resolve(on_ray).name == resolve(RunConfig(out=tmp_path)).name
+    for _trainer, config in trainer_configs(resolve(on_ray)).values():
         assert config.env_workers == "ray"
 
 
@@ -220,8 +218,8 @@ def test_env_workers_reach_the_trainers_and_leave_the_run_name_alone(tmp_path):
 def test_a_run_on_ray_env_actors_plays_the_episodes_of_one_on_worker_processes(local_ray, tmp_path):
     config = RunConfig(env="keydoor", model="small", credit="none", eval_episodes=3,
                        sample_group_size=0, out=tmp_path / "process")  # fmt: skip
-    on_processes = run(config)
-    on_actors = run(dataclasses.replace(config, env_workers="ray", out=tmp_path / "ray"))
+    on_processes = run(resolve(config))
+    on_actors = run(resolve(dataclasses.replace(config, env_workers="ray", out=tmp_path / "ray")))
     assert on_actors.name == on_processes.name
     assert records.read_episodes(on_actors) == records.read_episodes(on_processes)
 

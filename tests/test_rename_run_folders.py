@@ -10,9 +10,9 @@ import json
 from pathlib import Path
 
 from creditgym.benchmarks import lock
-from creditgym.benchmarks.run_config import RunConfig
-from creditgym.benchmarks.run_eval import missing_episodes
-from creditgym.benchmarks.run_identity import hashed_name, method_config, run_identity, run_name
+from creditgym.benchmarks.run import RunConfig, resolve
+from creditgym.benchmarks.run.evaluate import missing_episodes
+from creditgym.benchmarks.run.identity import hashed_name, method_config
 from creditgym.report import records
 from tools.rename_run_folders import main, old_identity
 
@@ -26,14 +26,14 @@ def old_run_folder(out: Path) -> tuple[RunConfig, Path]:
     """A run folder as the old rules named it, unfinished (no done.json), with one episode
     and the lock file a killed run leaves behind."""
     cfg = RunConfig(out=out, **SCRIPTED)
-    identity = old_identity(run_identity(cfg))
-    old_dir = out / hashed_name(cfg, identity)
+    identity = old_identity(resolve(cfg).identity)
+    old_dir = out / hashed_name(resolve(cfg), identity)
     old_dir.mkdir(parents=True)
     config = {
         **json.loads(json.dumps(dataclasses.asdict(cfg), default=str)),
         "run_name": old_dir.name,
         "identity": identity,
-        "method_config": method_config(cfg),
+        "method_config": method_config(resolve(cfg)),
     }
     for field in ("dtype", "history_len", "reward_channel"):  # written before they existed
         del config[field]
@@ -53,16 +53,18 @@ def test_an_old_named_folder_gets_its_new_name_once(tmp_path: Path, capsys) -> N
     cfg, old_dir = old_run_folder(out)
     report = tmp_path / "runs.csv"
     report.write_text(f"run,seed\n{old_dir.name},0\n")
-    assert old_dir.name != run_name(cfg)
+    assert old_dir.name != resolve(cfg).name
 
     assert main([str(tmp_path)]) == 0
-    new_dir = out / run_name(cfg)
+    new_dir = out / resolve(cfg).name
     assert [p.name for p in out.iterdir()] == [new_dir.name]
     assert f"{old_dir} -> {new_dir.name}" in capsys.readouterr().out
     # The run resumes there: its episode is kept, the other one is still to play.
-    assert [(split.name, index) for split, index in missing_episodes(cfg, new_dir)] == [("test", 1)]
+    assert [(split.name, index) for split, index in missing_episodes(resolve(cfg), new_dir)] == [
+        ("test", 1)
+    ]
     config = records.read_json(new_dir / records.CONFIG_FILE)
-    assert config["run_name"] == new_dir.name and config["identity"] == run_identity(cfg)
+    assert config["run_name"] == new_dir.name and config["identity"] == resolve(cfg).identity
     assert config["dtype"] == "float32" and config["history_len"] == 2
     assert report.read_text() == f"run,seed\n{new_dir.name},0\n"
 
@@ -74,15 +76,15 @@ def test_an_old_named_folder_gets_its_new_name_once(tmp_path: Path, capsys) -> N
 def test_a_taken_target_or_a_live_writer_changes_nothing(tmp_path: Path, capsys) -> None:
     out = tmp_path / "runs"
     cfg, old_dir = old_run_folder(out)
-    (out / run_name(cfg)).mkdir()  # another folder under the new name
+    (out / resolve(cfg).name).mkdir()  # another folder under the new name
     before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
     assert main([str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "already is" in err and "nothing was changed" in err
     assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
 
-    (out / run_name(cfg)).rmdir()
+    (out / resolve(cfg).name).rmdir()
     with lock.hold(lock.run_folder_lock(old_dir), str(old_dir)):
         assert main([str(tmp_path)]) == 2
     assert "is being written by" in capsys.readouterr().err
-    assert old_dir.is_dir() and not (out / run_name(cfg)).exists()
+    assert old_dir.is_dir() and not (out / resolve(cfg).name).exists()

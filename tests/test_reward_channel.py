@@ -12,18 +12,16 @@ import pytest
 import torch
 
 from creditgym.agents.episode import play_episode
-from creditgym.agents.models import build_tiny
 from creditgym.agents.tabular import TableAgent
 from creditgym.agents.trajectory import REWARD_CHANNELS, RewardChannel, Trajectory, outcome_channel
-from creditgym.benchmarks.run import run
-from creditgym.benchmarks.run_config import RunConfig
-from creditgym.benchmarks.run_identity import run_name
+from creditgym.benchmarks.run import RunConfig, resolve, run
 from creditgym.credit.base import verdict
 from creditgym.credit.grpo import GRPO
 from creditgym.credit.hcapo import HCAPO, HCAPOOptions
 from creditgym.credit.hindsight import HCAPO_WORDING, hindsight_block
 from creditgym.credit.oracle import Oracle
 from creditgym.measure.ground_truth import MDP_CHANNELS, TaskMDPs
+from creditgym.models.registry import build_tiny
 from creditgym.report import leaderboard, records
 from creditgym.report.study import comparisons
 from tests.credit_cases import scripted_trajectory, tokenised
@@ -117,14 +115,16 @@ KEYDOOR_RUN = {
 def test_a_keydoor_run_on_the_outcome_channel_trains_on_the_verdict(tmp_path):
     outcome = RunConfig(out=tmp_path, reward_channel="outcome", **KEYDOOR_RUN)
     default = RunConfig(out=tmp_path, **KEYDOOR_RUN)
-    assert run_name(outcome) != run_name(default)
-    assert run_name(dataclasses.replace(default, reward_channel="return")) == run_name(default)
-    identity = records.read_json(run(outcome) / records.CONFIG_FILE)["identity"]
+    assert resolve(outcome).name != resolve(default).name
+    assert (
+        resolve(dataclasses.replace(default, reward_channel="return")).name == resolve(default).name
+    )
+    identity = records.read_json(run(resolve(outcome)) / records.CONFIG_FILE)["identity"]
     assert identity["reward_channel"] == "outcome"
-    identity = records.read_json(run(default) / records.CONFIG_FILE)["identity"]
+    identity = records.read_json(run(resolve(default)) / records.CONFIG_FILE)["identity"]
     assert identity["reward_channel"] == "return"
-    [on_outcome] = records.read_metrics(tmp_path / run_name(outcome))
-    [on_return] = records.read_metrics(tmp_path / run_name(default))
+    [on_outcome] = records.read_metrics(tmp_path / resolve(outcome).name)
+    [on_return] = records.read_metrics(tmp_path / resolve(default).name)
     # The same rollouts (same seed and starting policy), measured on the env's reward ...
     for key in ("rollout/success_rate", "rollout/mean_return"):
         assert on_outcome[key] == on_return[key]

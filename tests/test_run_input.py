@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from creditgym.benchmarks import run as run_module
-from creditgym.benchmarks import run_eval, sweep
-from creditgym.benchmarks.run import main, parse_config
-from creditgym.benchmarks.run_identity import method_config, run_name
-from creditgym.benchmarks.run_settings import env_kwargs_for, step_limit
+from creditgym.benchmarks import sweep
+from creditgym.benchmarks.run import command as run_module
+from creditgym.benchmarks.run import evaluate as run_eval
+from creditgym.benchmarks.run import main, parse_config, resolve
+from creditgym.benchmarks.run.identity import method_config
 from creditgym.report import records
 
 REPO = Path(__file__).resolve().parent.parent
@@ -58,23 +58,23 @@ def test_speed_options_keep_the_run_name():
     base = parse_config(["--env", "keydoor"])
     for argv in (["--threads", "2"], ["--env-workers", "process"], ["--env-workers", "inline"]):
         changed = parse_config(["--env", "keydoor", *argv])
-        assert run_name(changed) == run_name(base)
+        assert resolve(changed).name == resolve(base).name
 
 
 def test_env_options_choose_the_task_its_step_limit_and_its_table():
     default = parse_config(["--env", "keydoor"])
     long = parse_config(["--env", "keydoor", "--env-options", "delay=16", "variance=high"])
-    assert env_kwargs_for(long, "creditgym/KeyDoor-v0", None) == {
+    assert resolve(long).env_kwargs() == {
         "delay": 16,
         "variance": "high",
         "max_steps": 20,  # the env's own default for delay 16 (delay + 4), not delay 8's 12
     }
-    assert step_limit(default) == 12
-    assert run_name(long).startswith("keydoor-delay16-variancehigh_")
+    assert resolve(default).step_limit == 12
+    assert resolve(long).name.startswith("keydoor-delay16-variancehigh_")
     # Other options are another task: another leaderboard table, the same method row.
-    assert method_config(long) == method_config(default)
+    assert method_config(resolve(long)) == method_config(resolve(default))
     umbrella = parse_config(["--env", "umbrella", "--env-options", "length=20"])
-    assert step_limit(umbrella) == 20
+    assert resolve(umbrella).step_limit == 20
 
 
 def test_a_run_failing_before_any_output_leaves_no_folder(monkeypatch, tmp_path):
@@ -181,16 +181,14 @@ def test_a_sweep_file_out_is_honoured_unless_the_command_line_sets_one(tmp_path)
 
 
 def test_the_resolved_dtype_takes_part_in_the_run_identity():
-    from creditgym.benchmarks.run_config import RunConfig
-    from creditgym.benchmarks.run_identity import run_name
-    from creditgym.benchmarks.run_settings import model_dtype
+    from creditgym.benchmarks.run import RunConfig
 
     cpu = RunConfig()
-    assert model_dtype(cpu) == "float32" and model_dtype(RunConfig(device="cuda")) == "bfloat16"
+    assert resolve(cpu).dtype == "float32" and resolve(RunConfig(device="cuda")).dtype == "bfloat16"
     # auto on a CPU is float32 spelled out: one run.
-    assert run_name(RunConfig(dtype="float32")) == run_name(cpu)
-    assert run_name(RunConfig(dtype="bfloat16")) != run_name(cpu)
-    assert run_name(RunConfig(device="cuda")) == run_name(RunConfig(dtype="bfloat16"))
+    assert resolve(RunConfig(dtype="float32")).name == resolve(cpu).name
+    assert resolve(RunConfig(dtype="bfloat16")).name != resolve(cpu).name
+    assert resolve(RunConfig(device="cuda")).name == resolve(RunConfig(dtype="bfloat16")).name
 
 
 @pytest.mark.slow  # loads and evaluates `tiny` through the command (17 s)
@@ -244,7 +242,7 @@ def test_a_sweep_grid_takes_env_options_as_an_axis_of_strings():
 def test_a_sweep_begun_in_another_precision_stops_before_starting_a_second_grid(tmp_path, capsys):
     """`dtype = "fast"` resolves per processor; where `--out` holds the grid's runs in the
     precision another processor chose, the sweep stops in one line, running nothing."""
-    from creditgym.benchmarks.run_identity import hashed_name, run_identity
+    from creditgym.benchmarks.run.identity import hashed_name
 
     path = tmp_path / "sweep.toml"
     out = tmp_path / "runs"
@@ -254,9 +252,9 @@ def test_a_sweep_begun_in_another_precision_stops_before_starting_a_second_grid(
     )
     argv = ["--config", str(path), "--no-leaderboard"]
     first, second = sweep.load_sweep(path, None)
-    here = run_identity(second)["dtype"]
+    here = resolve(second).identity["dtype"]
     other = "bfloat16-products" if here == "float32" else "float32"
-    twin = hashed_name(second, {**run_identity(second), "dtype": other})
+    twin = hashed_name(resolve(second), {**resolve(second).identity, "dtype": other})
     (out / twin).mkdir(parents=True)
     assert sweep.main(argv) == 2
     err = capsys.readouterr().err
@@ -266,7 +264,9 @@ def test_a_sweep_begun_in_another_precision_stops_before_starting_a_second_grid(
     # The same grid in this processor's precision only: the sweep runs.
     (out / twin).rmdir()
     assert sweep.main(argv) == 0
-    assert sorted(p.name for p in out.iterdir()) == sorted([run_name(first), run_name(second)])
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        [resolve(first).name, resolve(second).name]
+    )
 
 
 def test_a_ray_task_on_a_node_that_resolves_another_precision_refuses_its_run(tmp_path):
@@ -276,13 +276,13 @@ def test_a_ray_task_on_a_node_that_resolves_another_precision_refuses_its_run(tm
     import dataclasses
 
     from creditgym.benchmarks.cli import UsageError
-    from creditgym.benchmarks.run_identity import hashed_name, run_identity
+    from creditgym.benchmarks.run.identity import hashed_name
 
     smoke = sweep.load_sweep(REPO / "benchmarks/configs/smoke.toml", tmp_path)[0]
     config = dataclasses.replace(smoke, dtype="fast")
-    here = run_identity(config)["dtype"]
+    here = resolve(config).identity["dtype"]
     other = "bfloat16-products" if here == "float32" else "float32"
-    driver_name = hashed_name(config, {**run_identity(config), "dtype": other})
+    driver_name = hashed_name(resolve(config), {**resolve(config).identity, "dtype": other})
     with pytest.raises(UsageError, match=f"this node resolves dtype='fast' to {here}"):
         sweep.run_cell(config, driver_name)
     assert not any(tmp_path.iterdir())

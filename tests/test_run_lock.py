@@ -15,8 +15,7 @@ import pytest
 from creditgym.benchmarks import lock, sweep
 from creditgym.benchmarks.credit_truth import main as credit_truth_main
 from creditgym.benchmarks.hindsight_ablation import main as ablation_main
-from creditgym.benchmarks.run_config import RunConfig
-from creditgym.benchmarks.run_identity import run_name
+from creditgym.benchmarks.run import RunConfig, resolve
 from creditgym.report import records
 
 REPO = Path(__file__).resolve().parent.parent
@@ -98,16 +97,16 @@ def test_a_sweep_skips_a_run_another_process_holds_and_runs_the_rest(tmp_path, c
     out = tmp_path / "runs"
     held = RunConfig(env="keydoor", credit="none", model="random", eval_episodes=2,
                      sample_group_size=0, seed=1, out=out)  # fmt: skip
-    with lock.hold(lock.run_folder_lock(out / run_name(held)), str(out / run_name(held))):
+    with lock.hold(lock.run_folder_lock(out / resolve(held).name), str(out / resolve(held).name)):
         code = sweep.main(["--config", str(config), "--out", str(out), "--no-leaderboard"])
     assert code == 1
     printed = capsys.readouterr()
     skipped = [line for line in printed.out.splitlines() if "skipped" in line]
-    assert len(skipped) == 1 and run_name(held) in skipped[0]
+    assert len(skipped) == 1 and resolve(held).name in skipped[0]
     assert holder_named(skipped[0], os.getpid())
     assert "Traceback" not in printed.err
     finished = [d.name for d in records.run_dirs(out) if (d / records.DONE_FILE).exists()]
-    assert finished == [run_name(RunConfig(**{**held.__dict__, "seed": 0}))]
+    assert finished == [resolve(RunConfig(**{**held.__dict__, "seed": 0})).name]
 
 
 def test_credit_truth_refuses_while_another_process_writes_its_output(tmp_path, capsys):

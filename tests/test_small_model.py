@@ -22,19 +22,20 @@ import pytest
 import torch
 
 from creditgym import envs
-from creditgym.agents import local_tokenizer
+from creditgym.agents import tokenizer_corpus
+from creditgym.agents.action_logprobs import action_logprobs
 from creditgym.agents.base import RandomAgent
 from creditgym.agents.constrained import action_token_sequences
 from creditgym.agents.episode import play_episode
 from creditgym.agents.llm import LLMAgent, encode_prompt
-from creditgym.agents.local_tokenizer import corpus_env_ids
-from creditgym.agents.logprobs import action_logprobs
-from creditgym.agents.models import LoadedModel, build_small
 from creditgym.agents.prompts import build_messages, messages_for_step
 from creditgym.agents.rollout import collect
+from creditgym.agents.tokenizer_corpus import corpus_env_ids
 from creditgym.agents.trajectory import TokenBatch
 from creditgym.credit.grpo import GRPO
 from creditgym.envs.registry import ENVS, EnvInfo, register_env
+from creditgym.models import local_tokenizer
+from creditgym.models.registry import LoadedModel, build_small
 from creditgym.trainers.policy_gradient import (
     AgentConfig,
     PolicyGradientConfig,
@@ -115,7 +116,8 @@ def test_tokenizer_training_is_the_same_in_another_process():
     # Rust's HashMap seeds differ per process; BPE must not depend on iteration order.
     script = (
         "import hashlib;"
-        "from creditgym.agents.local_tokenizer import train_backend, corpus_texts;"
+        "from creditgym.models.local_tokenizer import train_backend;"
+        "from creditgym.agents.tokenizer_corpus import corpus_texts;"
         "texts = list(corpus_texts(['creditgym/KeyDoor-v0', 'creditgym/Umbrella-v0']));"
         "print(hashlib.sha256(train_backend(texts, 512).to_str().encode()).hexdigest())"
     )
@@ -130,22 +132,22 @@ def test_tokenizer_training_is_the_same_in_another_process():
 
 def test_the_committed_tokenizer_is_the_recorded_file_of_the_current_recipe():
     # Fails when the file is edited without its fingerprint, or when an env in the corpus
-    # changes its id, intro or episodes (then rebuild: agents/local_tokenizer.py).
+    # changes its id, intro or episodes (then rebuild: agents/tokenizer_corpus.py).
     data = local_tokenizer.TOKENIZER_FILE.read_bytes()
     assert hashlib.sha256(data).hexdigest() == local_tokenizer.TOKENIZER_SHA256
-    assert local_tokenizer.corpus_key() == local_tokenizer.CORPUS_KEY
+    assert tokenizer_corpus.corpus_key() == tokenizer_corpus.CORPUS_KEY
     assert f"_v{local_tokenizer.TOKENIZER_VERSION}." in local_tokenizer.TOKENIZER_FILE.name
     assert local_tokenizer.vocabulary()["sha256"] == local_tokenizer.TOKENIZER_SHA256
 
 
 def test_registering_an_env_leaves_the_tokenizer_corpus_alone():
-    before = (corpus_env_ids(), local_tokenizer.corpus_key())
+    before = (corpus_env_ids(), tokenizer_corpus.corpus_key())
     register_env(
         EnvInfo(id="tokenizer-test/KeyDoorCopy-v0", short_name="kdcopy", max_episode_steps=5),
         entry_point="creditgym.envs.keydoor.env:KeyDoorEnv",
     )
     try:
-        assert (corpus_env_ids(), local_tokenizer.corpus_key()) == before
+        assert (corpus_env_ids(), tokenizer_corpus.corpus_key()) == before
     finally:
         gym.registry.pop("tokenizer-test/KeyDoorCopy-v0", None)
         ENVS.pop("tokenizer-test/KeyDoorCopy-v0", None)
@@ -155,7 +157,7 @@ def test_registering_an_env_leaves_the_tokenizer_corpus_alone():
 def test_the_current_corpus_trains_to_the_committed_tokenizer_file(tmp_path):
     # About 15 s on an idle 2-core machine: the corpus is played, then BPE trained.
     rebuilt = tmp_path / "tokenizer.json"
-    assert local_tokenizer.rebuild(rebuilt) == local_tokenizer.TOKENIZER_SHA256
+    assert tokenizer_corpus.rebuild(rebuilt) == local_tokenizer.TOKENIZER_SHA256
     assert rebuilt.read_bytes() == local_tokenizer.TOKENIZER_FILE.read_bytes()
 
 
@@ -262,16 +264,23 @@ def test_short_grpo_run_on_keydoor_delay_1_beats_the_untrained_policy(tmp_path):
 
 
 def test_runner_history_defaults_to_zero_on_markov_envs_only():
-    from creditgym.benchmarks.run import parse_config
-    from creditgym.benchmarks.run_identity import run_name
-    from creditgym.benchmarks.run_settings import prompt_history
+    from creditgym.benchmarks.run import parse_config, resolve
 
     keydoor, sysdiag = parse_config(["--env", "keydoor"]), parse_config(["--env", "sysdiag"])
-    assert (prompt_history(keydoor), prompt_history(sysdiag)) == (0, 2)
+    assert (resolve(keydoor).history_len, resolve(sysdiag).history_len) == (0, 2)
     # The resolved K names the run: spelling out an env's default K is the same run (same
     # folder), another K is another run.
-    assert run_name(sysdiag) == run_name(parse_config(["--env", "sysdiag", "--history-len", "2"]))
-    assert run_name(keydoor) != run_name(parse_config(["--env", "keydoor", "--history-len", "2"]))
-    assert run_name(keydoor) == run_name(parse_config(["--env", "keydoor", "--history-len", "0"]))
+    assert (
+        resolve(sysdiag).name
+        == resolve(parse_config(["--env", "sysdiag", "--history-len", "2"])).name
+    )
+    assert (
+        resolve(keydoor).name
+        != resolve(parse_config(["--env", "keydoor", "--history-len", "2"])).name
+    )
+    assert (
+        resolve(keydoor).name
+        == resolve(parse_config(["--env", "keydoor", "--history-len", "0"])).name
+    )
     demo = parse_config(["--preset", "demo"])
-    assert (demo.env, demo.model, prompt_history(demo)) == ("keydoor", "small", 0)
+    assert (demo.env, demo.model, resolve(demo).history_len) == ("keydoor", "small", 0)

@@ -22,8 +22,8 @@ from hypothesis import strategies as st
 
 from creditgym.benchmarks import sweep
 from creditgym.benchmarks.cli import exit_on_usage_error
-from creditgym.benchmarks.run import parse_config
-from creditgym.benchmarks.run_validate import validate
+from creditgym.benchmarks.run import parse_config, resolve
+from creditgym.benchmarks.run.validate import validate
 from creditgym.benchmarks.sweep_file import FIELD_TYPES, WORD_LIST_FIELDS, expected_form
 
 FUZZ = settings(
@@ -236,7 +236,7 @@ def test_any_run_flags_are_parsed_and_validated_or_refused_in_one_line_writing_n
 
         @exit_on_usage_error
         def check(args: list[str] | None) -> int:  # `benchmarks.run.main` up to its first work
-            validate(parse_config(args))
+            validate(resolve(parse_config(args)))
             return 0
 
         status, err = outcome(lambda: check(argv))

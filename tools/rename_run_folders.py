@@ -12,7 +12,7 @@ existed kept their names: the fields added later while at their defaults (`fault
 `env_options`, `credit_options`, `credit_convention`, `reward_channel`, `eval_every`,
 `curve_episodes`), a prompt history that resolved to K = 2, the float32 dtype and
 ALFWorld's generated game set of before game sets were fingerprinted. The run identity
-(benchmarks/run_identity.py) now hashes every result-deciding field as resolved, so each
+(benchmarks/run/identity.py) now hashes every result-deciding field as resolved, so each
 folder named the old way gets another name, and a run started again (a sweep resuming)
 looks for it under that name.
 
@@ -49,8 +49,8 @@ from typing import Any, NamedTuple
 
 from creditgym.benchmarks import lock
 from creditgym.benchmarks.cli import UsageError
-from creditgym.benchmarks.run_config import RunConfig
-from creditgym.benchmarks.run_identity import hashed_name, method_config, run_identity, run_name
+from creditgym.benchmarks.run import RunConfig, resolve
+from creditgym.benchmarks.run.identity import hashed_name, method_config
 from creditgym.report import records
 
 REPO = Path(__file__).resolve().parent.parent
@@ -130,10 +130,11 @@ def examine(path: Path) -> Folder:
     recorded = records.read_json(path / records.CONFIG_FILE)
     try:
         cfg = rebuilt_config(recorded)
-        identity = run_identity(cfg)
-        new_name = run_name(cfg)
-        old_name = None if cfg.name else hashed_name(cfg, old_identity(identity))
-        row = method_config(cfg)
+        plan = resolve(cfg)
+        identity = plan.identity
+        new_name = plan.name
+        old_name = None if cfg.name else hashed_name(plan, old_identity(identity))
+        row = method_config(plan)
     except (UsageError, TypeError, ValueError) as error:
         raise UsageError(f"{path}: its config.json is no RunConfig here: {error}") from error
     if old_name is not None and path.name not in (old_name, new_name):

@@ -2,14 +2,14 @@
 
 `creditgym run --env alfworld --credit hp_rlvr` trains smollm2-135m for one
 iteration of 8 single rollouts (about 400 steps: episodes of up to 50), and HP-RLVR
-(Chen et al. 2026) re-scores every step twice by teacher forcing (`credit.scoring`). The
+(Chen et al. 2026) re-scores every step twice by teacher forcing (`models.scoring`). The
 target (docs/performance.md): hindsight scoring at most 0.5 x the rollout's generation
 time of the same batch on a CPU (HCAPO, arXiv 2603.08754, reports its hindsight pass at
 about 8.3 % of an iteration on GPUs).
 
 This script plays exactly that command's first iteration -- rollout, then credit, no
 update -- once per generation-cache budget (`--generation-cache-gib` of the run; the
-scoring reuses what generation kept, `agents.generation_cache`), each budget in a fresh
+scoring reuses what generation kept, `models.generation_cache`), each budget in a fresh
 process (peak resident memory only grows within a process), one after the other so that
 every budget sees the same machine. The rollouts are the same in every process (the
 run's seeds, the same arithmetic), so only the scoring differs. Prints the processor's
@@ -34,15 +34,13 @@ from pathlib import Path
 
 import torch
 
-from creditgym.agents.precision import cpu_features
-from creditgym.benchmarks import common
 from creditgym.benchmarks.cli import run_script
 from creditgym.benchmarks.common import describe_precision
 from creditgym.benchmarks.perf.timing import machine_state
-from creditgym.benchmarks.run import parse_config
-from creditgym.benchmarks.run_build import load_policy
-from creditgym.benchmarks.run_settings import game_set, model_dtype
-from creditgym.benchmarks.run_train import build_trainer
+from creditgym.benchmarks.run import parse_config, resolve
+from creditgym.benchmarks.run.build import load_policy
+from creditgym.benchmarks.run.train import build_trainer
+from creditgym.models.precision import cpu_features
 
 USERS_COMMAND = "--env alfworld --credit hp_rlvr"
 
@@ -66,17 +64,19 @@ def peak_mb() -> float:
 
 def measure(run_args: str, budget_gib: float, results: dict) -> None:
     """Rollout and credit of the run's first iteration, in this (child) process."""
-    cfg = parse_config([*shlex.split(run_args), "--generation-cache-gib", str(budget_gib)])
+    plan = resolve(
+        parse_config([*shlex.split(run_args), "--generation-cache-gib", str(budget_gib)])
+    )
+    cfg = plan.config
     torch.set_num_threads(cfg.threads)
-    env_id = common.env_id(cfg.env)
-    policy = load_policy(cfg.model, cfg.device, model_dtype(cfg))
+    policy = load_policy(cfg.model, cfg.device, plan.dtype)
     # A fresh folder: the trainer finds no checkpoint to resume from.
     with tempfile.TemporaryDirectory() as run_dir:
-        trainer = build_trainer(cfg, env_id, Path(run_dir), policy)
+        trainer = build_trainer(plan, Path(run_dir), policy)
         phase = trainer.rollout_and_credit()
     metrics = phase.metrics
     results[budget_gib] = {
-        "precision": describe_precision(model_dtype(cfg)),
+        "precision": describe_precision(plan.dtype),
         "model": cfg.model,
         "threads": cfg.threads,
         "steps": metrics["rollout/traj_length"] * metrics["rollout/num_trajectories"],
@@ -96,7 +96,7 @@ def main(args: BenchArgs) -> None:
     # The env's outside data (ALFWorld's generated games on first use), made here as
     # `benchmarks.run` makes it before its env workers start, so that no budget's process
     # times the generation.
-    game_set(parse_config(shlex.split(args.run_args)))
+    resolve(parse_config(shlex.split(args.run_args)))
     context = multiprocessing.get_context("spawn")
     with context.Manager() as manager:
         results = manager.dict()

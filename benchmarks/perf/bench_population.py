@@ -1,5 +1,5 @@
 """Seeds per CPU-hour: one process per seed (today's path, as a sweep's shards run them)
-against population runs (`benchmarks.run --population K`, benchmarks/run_population.py).
+against population runs (`benchmarks.run --population K`, benchmarks/run/population.py).
 
 For each row of the study's mix (`small`, 32 rollouts an iteration, AdamW 3e-3, a
 learning curve every 4 iterations on 32 tasks, 64 evaluation episodes: KeyDoor delay 4
@@ -34,12 +34,12 @@ from pathlib import Path
 
 import torch
 
-from creditgym.agents.precision import cpu_features
-from creditgym.benchmarks import common
 from creditgym.benchmarks.cli import run_script
 from creditgym.benchmarks.perf.timing import machine_state
-from creditgym.benchmarks.run import parse_config, starting_policy
-from creditgym.benchmarks.run_train import build_trainer
+from creditgym.benchmarks.run import parse_config, resolve
+from creditgym.benchmarks.run.command import starting_policy
+from creditgym.benchmarks.run.train import build_trainer
+from creditgym.models.precision import cpu_features
 from creditgym.report import records
 from creditgym.trainers.policy_gradient import distinct_steps
 
@@ -158,12 +158,12 @@ def distinct_rows_update(row: str, args: BenchArgs, out: Path) -> str:
     """The update of `args.update_iterations` iterations of `row` (seed 0) timed without
     and with distinct rows, both trainers on the same trajectories and advantages."""
     torch.set_num_threads(1)  # as the runs (--threads 1)
-    cfg = parse_config([*row_argv(row, args), "--out", str(out)])
+    plan = resolve(parse_config([*row_argv(row, args), "--out", str(out)]))
     trainers = []
     for distinct in (False, True):
         run_dir = out / f"distinct-{distinct}"
         run_dir.mkdir(parents=True)
-        trainer = build_trainer(cfg, common.env_id(cfg.env), run_dir, starting_policy(cfg))
+        trainer = build_trainer(plan, run_dir, starting_policy(plan))
         trainer.config = dataclasses.replace(trainer.config, distinct_rows=distinct)
         trainers.append(trainer)
     seconds, rows, distinct_rows = [0.0, 0.0], 0, 0

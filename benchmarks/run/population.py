@@ -4,7 +4,7 @@ seed, seed + 1, ..., seed + K - 1 of one configuration in one process.
 The population pays the per-run fixed costs once (imports, the policy's build and
 tokenizer, env registration and data checks) and trains its members one after another,
 each from its own copy of the starting weights. A member is the single run of its seed
-(`benchmarks.run.run_in`, in the run folder its configuration names): its own optimiser,
+(`benchmarks/run/command.py: run_in`, in the run folder its plan names): its own optimiser,
 gradient-norm clipping, random streams (every one a pure function of its seed,
 trainers/core.py), tasks, rollouts, credit groups, evaluation and checkpoints, so its
 folder holds the files and records its single run writes, whatever K and whichever
@@ -13,7 +13,9 @@ folder) and commands.txt name the population. A member that fails (a NaN loss, a
 damaged file) is stopped and reported in one line; the others go on.
 
 This module holds the population's own pieces (its members, checks, outcomes and
-progress); `benchmarks/run.py: run_population` runs them.
+progress); `benchmarks/run/command.py: run_population` runs them. The population is
+resolved once (`benchmarks/run/plan.py`); each member's plan is the population's with its
+own seed, nothing parsed again.
 """
 
 from __future__ import annotations
@@ -27,8 +29,8 @@ from typing import Any, NamedTuple
 from creditgym.agents.atomic import DamagedFileError
 from creditgym.benchmarks.cli import UsageError
 from creditgym.benchmarks.lock import LockHeldError
-from creditgym.benchmarks.run_config import RunConfig
-from creditgym.benchmarks.run_identity import run_name
+from creditgym.benchmarks.run.config import RunConfig
+from creditgym.benchmarks.run.plan import RunPlan
 from creditgym.credit.base import NonFiniteError
 from creditgym.report import records
 
@@ -52,20 +54,20 @@ def check_population(cfg: RunConfig) -> None:
         )
 
 
-def population_seeds(cfg: RunConfig) -> list[int]:
-    """The seeds of `cfg`'s population: seed, seed + 1, ..., seed + population - 1."""
-    return list(range(cfg.seed, cfg.seed + cfg.population))
+def member_plans(plan: RunPlan) -> list[RunPlan]:
+    """Each member's plan: the single run of its seed (population 1), so that its run
+    name, config.json and identity are that run's."""
+    return [
+        dataclasses.replace(
+            plan, config=dataclasses.replace(plan.config, seed=seed, population=1), seeds=(seed,)
+        )
+        for seed in plan.seeds
+    ]
 
 
-def member_configs(cfg: RunConfig) -> list[RunConfig]:
-    """Each member's configuration: the single run of its seed (population 1), so that
-    its run name, config.json and identity are that run's."""
-    return [dataclasses.replace(cfg, seed=seed, population=1) for seed in population_seeds(cfg)]
-
-
-def population_record(cfg: RunConfig, command: str) -> dict[str, Any]:
+def population_record(plan: RunPlan, command: str) -> dict[str, Any]:
     """What a member's provenance.json says of the population that started its folder."""
-    return {"seeds": population_seeds(cfg), "command": command}
+    return {"seeds": list(plan.seeds), "command": command}
 
 
 class MemberOutcome(NamedTuple):
@@ -101,26 +103,26 @@ def held_outcome(seed: int, run_dir: Path, error: LockHeldError) -> MemberOutcom
     return MemberOutcome(seed, run_dir, FAILED_STATUS, "skipped", str(error), None)
 
 
-def seed_range(cfg: RunConfig) -> str:
+def seed_range(plan: RunPlan) -> str:
     """`seeds 0-7` (or `seed 3` for a population of one)."""
-    seeds = population_seeds(cfg)
+    seeds = plan.seeds
     return f"seed {seeds[0]}" if len(seeds) == 1 else f"seeds {seeds[0]}-{seeds[-1]}"
 
 
-def plan_prefix(cfg: RunConfig) -> str:
+def plan_prefix(plan: RunPlan) -> str:
     """What the population will do before the plan line of one member: its size, seeds
     and memory (members train one after another: one run's, plus the starting weights)."""
     return (
-        f"population of {cfg.population} ({seed_range(cfg)}), trained one after another "
+        f"population of {len(plan.seeds)} ({seed_range(plan)}), trained one after another "
         "in this process (the memory of one run, plus one copy of the starting weights); "
         "each: "
     )
 
 
-def progress_line(cfg: RunConfig, outcomes: Sequence[MemberOutcome]) -> str:
+def progress_line(plan: RunPlan, outcomes: Sequence[MemberOutcome]) -> str:
     """`population seeds 0-7: 3/8 done, 1 failed; mean held-out success 45.2 % over 2`."""
     done = [o.success_pct for o in outcomes if o.status == 0 and o.success_pct is not None]
-    line = f"population {seed_range(cfg)}: {len(outcomes)}/{cfg.population} members ended"
+    line = f"population {seed_range(plan)}: {len(outcomes)}/{len(plan.seeds)} members ended"
     for verdict, words in (("skipped", "held by another process"), ("stopped", "stopped")):
         count = sum(o.verdict == verdict for o in outcomes)
         if count:
@@ -135,41 +137,45 @@ def exit_status(outcomes: Sequence[MemberOutcome]) -> int:
     return max((o.status for o in outcomes), default=0)
 
 
-def group_into_populations(configs: Sequence[RunConfig], size: int) -> list[RunConfig]:
-    """`configs` (single runs) as populations of at most `size` consecutive seeds of one
+def group_into_populations(plans: Sequence[RunPlan], size: int) -> list[RunPlan]:
+    """`plans` (single runs) as populations of at most `size` consecutive seeds of one
     configuration, for `benchmarks.sweep`: runs that differ only in their seed join, and
     the populations keep the order of their first runs (so a configuration's later block
     of seeds may join an earlier block's population); a run whose neighbouring seeds are
-    absent stays alone.
+    absent stays alone. A population's plan is its first member's with the population's
+    seeds: nothing is resolved again.
 
     Raises:
         UsageError: `size` < 1, or a run that is a population already.
     """
     if size < 1:
         raise UsageError(f"--population must be >= 1 (got {size})")
-    if any(config.population != 1 for config in configs):
+    if any(plan.config.population != 1 for plan in plans):
         raise UsageError("a sweep groups its seeds itself: set its --population, not `population`")
-    seeds: dict[RunConfig, list[int]] = {}
-    for config in configs:
+    by_seed: dict[RunConfig, dict[int, RunPlan]] = {}
+    for plan in plans:
+        config = plan.config
         # A run named by --name has a folder of its own: it stays alone.
         base = config if config.name else dataclasses.replace(config, seed=0)
-        seeds.setdefault(base, []).append(config.seed)
+        by_seed.setdefault(base, {}).setdefault(config.seed, plan)
     populations = []
-    for base, found in seeds.items():
-        ordered = sorted(set(found))
+    for found in by_seed.values():
+        ordered = sorted(found)
         start = 0
         for end in range(1, len(ordered) + 1):
             if end == len(ordered) or ordered[end] != ordered[end - 1] + 1 or end - start == size:
-                populations.append(
-                    dataclasses.replace(base, seed=ordered[start], population=end - start)
-                )
+                first = found[ordered[start]]
+                config = dataclasses.replace(first.config, population=end - start)
+                seeds = tuple(ordered[start:end])
+                populations.append(dataclasses.replace(first, config=config, seeds=seeds))
                 start = end
-    first = {config: position for position, config in reversed(list(enumerate(configs)))}
-    return sorted(populations, key=lambda p: first[dataclasses.replace(p, population=1)])
+    first = {plan.config: position for position, plan in reversed(list(enumerate(plans)))}
+    return sorted(populations, key=lambda p: first[dataclasses.replace(p.config, population=1)])
 
 
-def population_label(cfg: RunConfig) -> str:
+def population_label(plan: RunPlan) -> str:
     """A run's name, or for a population its first member's with its seeds."""
-    if cfg.population == 1:
-        return run_name(cfg)
-    return f"{run_name(member_configs(cfg)[0])} (population of {cfg.population}, {seed_range(cfg)})"
+    if len(plan.seeds) == 1:
+        return plan.name
+    first = member_plans(plan)[0].name
+    return f"{first} (population of {len(plan.seeds)}, {seed_range(plan)})"

@@ -1,6 +1,7 @@
-"""Checks of a `RunConfig` before any work starts: every name, number, path and device, and
-a run folder that holds another configuration or vocabulary; each problem one
-`UsageError` line (exit status 2).
+"""Checks of a run's plan before any work starts: every name, number, path and device
+that resolving it (`benchmarks/run/plan.py`) did not already look up, and a run folder
+that holds another configuration or vocabulary; each problem one `UsageError` line
+(exit status 2).
 """
 
 from __future__ import annotations
@@ -13,57 +14,42 @@ from pathlib import Path
 
 import torch
 
-from creditgym import credit, envs
 from creditgym.agents.atomic import DamagedFileError
-from creditgym.agents.models import (
+from creditgym.benchmarks import common
+from creditgym.benchmarks.cli import UsageError, lookup, suggest
+from creditgym.benchmarks.run.build import SCRIPTED_AGENTS, TRAINERS, credit_class, make_env
+from creditgym.benchmarks.run.config import EVAL_ONLY, NO_CREDIT
+from creditgym.benchmarks.run.identity import method_label
+from creditgym.benchmarks.run.plan import RunPlan
+from creditgym.credit.base import DEFAULT_CONVENTION
+from creditgym.models.registry import (
     MODELS,
     hub_lookups_allowed,
     in_hub_cache,
     unknown_model_message,
     vocabulary,
 )
-from creditgym.benchmarks import common
-from creditgym.benchmarks.cli import UsageError, lookup, suggest
-from creditgym.benchmarks.run_build import SCRIPTED_AGENTS, credit_class, make_env
-from creditgym.benchmarks.run_config import RunConfig
-from creditgym.benchmarks.run_identity import method_label, run_identity, run_name
-from creditgym.benchmarks.run_settings import (
-    NO_CREDIT,
-    credit_options_of,
-    env_kwargs_for,
-    eval_splits,
-    game_set,
-    group_size,
-    trains,
-)
-from creditgym.benchmarks.run_train import TRAINER_NAMES
-from creditgym.credit.base import DEFAULT_CONVENTION
 from creditgym.report import records
 
 
-def validate(cfg: RunConfig) -> None:
+def validate(plan: RunPlan) -> None:
     """Check every name and path before any work starts (one clear line per problem)."""
+    cfg, env_id = plan.config, plan.env_id
     check_run_name(cfg.name)
-    env_id = common.env_id(cfg.env)
-    eval_splits(cfg, env_id)
-    game_set(cfg)  # a wrong data folder (ALFWORLD_DATA) fails here, before any work
-    if ":" not in cfg.credit:  # a registered name (or `none`): close matches suggested
-        lookup("credit module", cfg.credit, credit_names())
     # Each module declares the conventions it can follow (a `package.module:Class` plug-in
     # is imported and checked against the contract here); `none` computes no credit.
     offered = (
         credit_class(cfg.credit).conventions if cfg.credit != NO_CREDIT else (DEFAULT_CONVENTION,)
     )
     lookup(f"--credit-convention of {cfg.credit}", cfg.credit_convention, {c: c for c in offered})
-    credit_options_of(cfg)
-    lookup("trainer", cfg.trainer, {name: name for name in TRAINER_NAMES})
-    if cfg.update_distinct_rows and not (trains(cfg) and cfg.trainer == "policy_gradient"):
+    lookup("trainer", cfg.trainer, {name: name for name in (*TRAINERS, EVAL_ONLY)})
+    if cfg.update_distinct_rows and not (plan.trains and cfg.trainer == "policy_gradient"):
         raise UsageError("--update-distinct-rows changes the policy_gradient trainer's update")
-    if cfg.eval_episodes < 0 or cfg.steps < 0 or group_size(cfg) < 1:
+    if cfg.eval_episodes < 0 or cfg.steps < 0 or plan.group_size < 1:
         raise UsageError("--eval-episodes and --steps must be >= 0 and --group-size >= 1")
     if cfg.env_options:  # the env's own constructor checks names and values
-        make_env(env_id, env_kwargs_for(cfg, env_id, None)).close()
-    families = envs.ENVS[env_id].task_families
+        make_env(env_id, plan.env_kwargs()).close()
+    families = plan.env.task_families
     if cfg.faults and families is None:
         raise UsageError(f"--faults selects an env's task families; {env_id} has none")
     if cfg.faults:
@@ -96,34 +82,29 @@ def validate(cfg: RunConfig) -> None:
         raise UsageError(f"--learning-rate must be a finite number > 0 (got {cfg.learning_rate})")
     check_device(cfg.device)
     check_model_name(cfg.model)
-    if cfg.model in SCRIPTED_AGENTS and trains(cfg):
+    if cfg.model in SCRIPTED_AGENTS and plan.trains:
         raise UsageError(
             f"--model {cfg.model} is a scripted agent and cannot be trained; "
             f"use --credit {NO_CREDIT} to evaluate it"
         )
     check_out_writable(cfg.out)
-    check_run_folder(cfg)
-    check_vocabulary(cfg)
+    check_run_folder(plan)
+    check_vocabulary(plan)
 
 
-def credit_names() -> dict[str, str]:
-    """Every valid --credit value (the credit registry plus `none`)."""
-    return {NO_CREDIT: NO_CREDIT, **{name: name for name in credit.REGISTRY}}
-
-
-def check_vocabulary(cfg: RunConfig) -> None:
+def check_vocabulary(plan: RunPlan) -> None:
     """Refuse to resume a run whose config.json records another vocabulary than the one
-    `--model` reads now (`agents.models.vocabulary`: `small`'s committed tokenizer file):
+    `--model` reads now (`models.registry.vocabulary`: `small`'s committed tokenizer file):
     its checkpoints' token ids would mean other text. A folder that records none (written
     before runs recorded it) is resumed as before."""
-    config_file = cfg.out / run_name(cfg) / records.CONFIG_FILE
+    config_file = plan.run_dir / records.CONFIG_FILE
     try:
         recorded = records.read_json(config_file).get("vocabulary")
     except (OSError, DamagedFileError):
         # No folder yet, or a config.json that `prepare_run_dir` rewrites anyway (a
         # damaged one is the episodes' and checkpoints' checks to report, not this one).
         return
-    current = vocabulary(cfg.model)
+    current = vocabulary(plan.config.model)
     if recorded is not None and recorded != current:
         shown = "none" if current is None else f"{current['tokenizer']} {current['sha256'][:12]}"
         raise UsageError(
@@ -160,7 +141,7 @@ def check_model_name(name: str) -> None:
 
     A name that is not registered, not a folder and close to a registered name is a typo:
     refused with the close names. With hub lookups off (the default,
-    `agents.models.hub_lookups_allowed`), a name not in the local Hugging Face cache is
+    `models.registry.hub_lookups_allowed`), a name not in the local Hugging Face cache is
     refused too (asking a hub costs about 50 s of retries where none is reachable); with
     them on, an `org/name` id is left for the hub to find."""
     if name in MODELS or name in SCRIPTED_AGENTS or Path(name).expanduser().exists():
@@ -225,12 +206,12 @@ RECORD_FILES = (
 )
 
 
-def check_run_folder(cfg: RunConfig) -> None:
+def check_run_folder(plan: RunPlan) -> None:
     """Refuse a run whose folder holds another configuration, judged from what the folder
     holds: records without a config.json (nothing says whose they are), a config.json of
     another identity (a reused `--name`), or episodes labelled with another env or method.
     Resuming would add this configuration's work to the other's and relabel it."""
-    run_dir = cfg.out / run_name(cfg)
+    run_dir = plan.run_dir
     if not run_dir.is_dir():
         return
     held = sorted(name for name in RECORD_FILES if (run_dir / name).exists())
@@ -247,9 +228,9 @@ def check_run_folder(cfg: RunConfig) -> None:
     except DamagedFileError as error:
         raise UsageError(str(error)) from error
     # A derived name hashes the identity: the same name is the same configuration.
-    if cfg.name:
-        check_identity(run_dir, recorded, run_identity(cfg))
-    check_episode_labels(cfg, run_dir)
+    if plan.config.name:
+        check_identity(run_dir, recorded, plan.identity)
+    check_episode_labels(plan, run_dir)
 
 
 def check_identity(
@@ -271,10 +252,10 @@ def check_identity(
         raise UsageError(f"{run_dir} holds another configuration ({shown}); choose another --name")
 
 
-def check_episode_labels(cfg: RunConfig, run_dir: Path) -> None:
+def check_episode_labels(plan: RunPlan, run_dir: Path) -> None:
     """The folder's episodes were played on this run's env by this run's method (a
     config.json copied over another run's records is caught here)."""
-    expected = (common.env_id(cfg.env), method_label(cfg))
+    expected = (plan.env_id, method_label(plan))
     try:
         episodes = records.read_episodes(run_dir)
     except DamagedFileError:

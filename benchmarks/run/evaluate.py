@@ -5,7 +5,6 @@ time (a killed run resumes with exactly the missing ones), and their summary.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -19,31 +18,17 @@ from creditgym import envs
 from creditgym.agents.atomic import atomic_write_bytes, cut_torn_tail
 from creditgym.agents.episode import play_episode
 from creditgym.agents.llm import LLMAgent
-from creditgym.agents.models import LoadedModel
 from creditgym.agents.rollout import collect
 from creditgym.agents.trajectory import Trajectory
-from creditgym.benchmarks import common
-from creditgym.benchmarks.run_build import SCRIPTED_AGENTS, make_env
-from creditgym.benchmarks.run_config import RunConfig
-from creditgym.benchmarks.run_identity import method_label, run_name
-from creditgym.benchmarks.run_settings import env_kwargs_for, eval_splits, prompt_history
+from creditgym.benchmarks.run.build import SCRIPTED_AGENTS, make_env
+from creditgym.benchmarks.run.identity import method_label
+from creditgym.benchmarks.run.plan import EVAL_SEED_BASE, RunPlan, episode_agent_seed
 from creditgym.envs.registry import EvalSplit
+from creditgym.models.registry import LoadedModel
 from creditgym.report import records
 
-# Evaluation seeds start far above any training seed so that evaluation tasks are never
-# training tasks where the env draws tasks from the seed (SysDiag, CodeExec).
-EVAL_SEED_BASE = 1_000_000
 
-
-def episode_agent_seed(run_seed: int, split: str, index: int) -> int:
-    """A per-episode agent seed, stable across restarts (resume replays the same episode)."""
-    digest = hashlib.sha256(f"{run_seed}/{split}/{index}".encode()).digest()
-    return int.from_bytes(digest[:4], "little")
-
-
-def evaluate(
-    cfg: RunConfig, env_id: str, run_dir: Path, policy: LoadedModel | None, train_step: int
-) -> None:
+def evaluate(plan: RunPlan, run_dir: Path, policy: LoadedModel | None, train_step: int) -> None:
     """Play the missing evaluation episodes of every requested split, appending each.
 
     Scripted agents go one episode at a time, LLM policies in batches of
@@ -54,29 +39,30 @@ def evaluate(
     batch cut short by a kill while its episodes were being written, or extended by a
     larger --eval-episodes, still writes what an uninterrupted run writes.
     """
-    todo = missing_episodes(cfg, run_dir)
+    cfg = plan.config
+    todo = missing_episodes(plan, run_dir)
     drop_unrecorded_trajectories(run_dir)
-    method = method_label(cfg)
+    method = method_label(plan)
     batch = 1 if policy is None else cfg.eval_batch_size
     with (
         records.JsonlAppender(run_dir / records.EVAL_TRAJECTORIES_FILE) as trajectory_sink,
         records.JsonlAppender(run_dir / records.EPISODES_FILE) as sink,
         tqdm(total=len(todo), desc="evaluate", unit="ep", disable=not todo) as progress,
     ):
-        for split in eval_splits(cfg, env_id):
+        for split in plan.splits:
             missing = {index for s, index in todo if s.name == split.name}
             if not missing:
                 continue
-            env = make_env(env_id, env_kwargs_for(cfg, env_id, split)) if policy is None else None
+            env = make_env(plan.env_id, plan.env_kwargs(split)) if policy is None else None
             try:
                 for start in range(0, cfg.eval_episodes, batch):
                     chunk = list(range(start, min(start + batch, cfg.eval_episodes)))
                     if missing.isdisjoint(chunk):
                         continue
                     played = (
-                        scripted_episodes(cfg, env, split.name, chunk)
+                        scripted_episodes(plan, env, split.name, chunk)
                         if env is not None
-                        else policy_episodes(cfg, policy, env_id, split, chunk)
+                        else policy_episodes(plan, policy, split, chunk)
                     )
                     for index, trajectory in played:
                         if index not in missing:  # written before, by the same batch
@@ -116,27 +102,28 @@ def _episode_key(trajectory_record: Mapping[str, Any]) -> tuple[str, int]:
     return trajectory_record["split"], trajectory_record["index"]
 
 
-def missing_episodes(cfg: RunConfig, run_dir: Path) -> list[tuple[EvalSplit, int]]:
-    """(split, episode index) pairs requested by `cfg` and not yet in episodes.jsonl."""
+def missing_episodes(plan: RunPlan, run_dir: Path) -> list[tuple[EvalSplit, int]]:
+    """(split, episode index) pairs requested by `plan` and not yet in episodes.jsonl."""
     done = {(r.split, r.index) for r in records.read_episodes(run_dir)}
     return [
         (split, index)
-        for split in eval_splits(cfg, common.env_id(cfg.env))
-        for index in range(cfg.eval_episodes)
+        for split in plan.splits
+        for index in range(plan.config.eval_episodes)
         if (split.name, index) not in done
     ]
 
 
-def is_finished(cfg: RunConfig) -> bool:
-    """The run folder of `cfg` holds done.json and every requested episode."""
-    run_dir = cfg.out / run_name(cfg)
-    return (run_dir / records.DONE_FILE).exists() and not missing_episodes(cfg, run_dir)
+def is_finished(plan: RunPlan) -> bool:
+    """The run folder of `plan` holds done.json and every requested episode."""
+    run_dir = plan.run_dir
+    return (run_dir / records.DONE_FILE).exists() and not missing_episodes(plan, run_dir)
 
 
 def scripted_episodes(
-    cfg: RunConfig, env: gym.Env, split: str, indices: Sequence[int]
+    plan: RunPlan, env: gym.Env, split: str, indices: Sequence[int]
 ) -> list[tuple[int, Trajectory]]:
     """Scripted agents play one episode at a time in-process (no model, no workers)."""
+    cfg = plan.config
     played = []
     for index in indices:
         agent = SCRIPTED_AGENTS[cfg.model](episode_agent_seed(cfg.seed, split, index))
@@ -145,28 +132,26 @@ def scripted_episodes(
 
 
 def policy_episodes(
-    cfg: RunConfig, policy: LoadedModel, env_id: str, split: EvalSplit, indices: Sequence[int]
+    plan: RunPlan, policy: LoadedModel, split: EvalSplit, indices: Sequence[int]
 ) -> list[tuple[int, Trajectory]]:
     """Evaluation episodes `indices` of `split`, played as one batch."""
     index_of_seed = {EVAL_SEED_BASE + index: index for index in indices}
     trajectories = policy_rollouts(
-        cfg,
+        plan,
         policy,
-        env_id,
         split,
         seeds=list(index_of_seed),
         group_size=1,
-        temperature=cfg.eval_temperature,
-        agent_seed=episode_agent_seed(cfg.seed, split.name, indices[0]),
+        temperature=plan.config.eval_temperature,
+        agent_seed=episode_agent_seed(plan.config.seed, split.name, indices[0]),
     )
     # A crashed env drops its trajectory; that episode is played again on the next run.
     return sorted(((index_of_seed[t.seed], t) for t in trajectories), key=lambda pair: pair[0])
 
 
 def policy_rollouts(
-    cfg: RunConfig,
+    plan: RunPlan,
     policy: LoadedModel,
-    env_id: str,
     split: EvalSplit,
     seeds: Sequence[int],
     group_size: int,
@@ -174,22 +159,23 @@ def policy_rollouts(
     agent_seed: int,
 ) -> list[Trajectory]:
     """An LLM policy plays `group_size` episodes per seed together (batched rollouts)."""
+    cfg = plan.config
     agent = LLMAgent(
         policy,
         temperature=temperature,
         max_new_tokens=cfg.max_new_tokens,
-        history_len=prompt_history(cfg),
+        history_len=plan.history_len,
         constrained=cfg.constrained,
         seed=agent_seed,
     )
     trajectories, _ = collect(
-        env_id,
+        plan.env_id,
         agent,
         seeds=list(seeds),
         group_size=group_size,
         num_envs=len(seeds) * group_size,
         env_workers=cfg.env_workers,
-        env_kwargs=env_kwargs_for(cfg, env_id, split),
+        env_kwargs=plan.env_kwargs(split),
     )
     return trajectories
 

@@ -1,13 +1,18 @@
-"""The configuration of one run of `creditgym run`: `RunConfig` and its presets.
+"""The configuration of one run of `creditgym run`: `RunConfig`, its presets, and the
+command line parsed into it (`parse_config`) and written back from it (`command_line`).
 
 Each field is declared once here, with its type, default and a docstring that becomes
-`--help` (`benchmarks/run.py: parse_config`); the run identity
-(`benchmarks/run_identity.py`) reads the field list below to decide which fields name a
-run folder.
+`--help`; the run identity (`benchmarks/run/identity.py`) reads the field list below to
+decide which fields name a run folder. What the fields resolve to is the run's plan
+(`benchmarks/run/plan.py`).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import shlex
+import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -15,11 +20,19 @@ from typing import Annotated, Any, Literal
 import tyro
 
 from creditgym import credit
-from creditgym.agents.generation_cache import DEFAULT_GENERATION_CACHE_BYTES
 from creditgym.agents.rollout import EnvWorkers
 from creditgym.agents.trajectory import DEFAULT_REWARD_CHANNEL, RewardChannel
+from creditgym.benchmarks.cli import lookup, parse_arguments, prog_of
 from creditgym.credit.base import DEFAULT_CONVENTION
 from creditgym.credit.options import options_help
+from creditgym.envs.registry import env_options_help
+from creditgym.models.generation_cache import DEFAULT_GENERATION_CACHE_BYTES
+
+# The first line of `creditgym run --help`.
+DESCRIPTION = "Train one (env, credit, model) configuration and evaluate it: `creditgym run`."
+# `--credit none` evaluates without training; `--trainer eval-only` skips training.
+NO_CREDIT = "none"
+EVAL_ONLY = "eval-only"
 
 
 @dataclass(frozen=True)
@@ -93,19 +106,22 @@ class RunConfig:
     (`EnvInfo.task_families`: SysDiag's ten fault families; empty: all); e.g.
     `--faults memory_leak --max-episode-steps 1` is the one-step task of the reference
     learning slice (benchmarks/configs/reference_cpu.toml)."""
-    env_options: tuple[str, ...] = ()
-    """Constructor options of the env as key=value (values read as JSON, else as text),
-    e.g. `--env-options delay=16 variance=high` (KeyDoor) or `length=20` (Umbrella);
-    envs/*/env.py list each env's. They choose the task: runs with other options get their
-    own name and leaderboard table; the step limit, when unset, is the env's own default
-    for these options."""
+    # The help lists every option of every registered env, from its options class.
+    env_options: Annotated[
+        tuple[str, ...],
+        tyro.conf.arg(
+            metavar="KEY=VALUE [KEY=VALUE ...]",
+            help=env_options_help(),
+            help_behavior_hint="(default: none named)",
+        ),
+    ] = ()
     history_len: int | None = None
     """(observation, action) pairs in the policy's prompt; unset: 0 on an env whose
     observations are Markov (`EnvInfo.markov`: KeyDoor, Umbrella), else 2 (GiGPO's K). The
     hindsight credit modules rebuild prompts with the same K."""
     generation_cache_gib: float = DEFAULT_GENERATION_CACHE_BYTES / 2**30
     """hcapo / hp_rlvr: most GiB of prompt keys / values and response hidden states kept
-    from each training rollout for the hindsight scoring (agents/generation_cache.py), on
+    from each training rollout for the hindsight scoring (models/generation_cache.py), on
     the policy's device: a bound, not an allocation (the users' ALFWorld command keeps
     ~6.4 GB), and never past a quarter of the device's memory left free; steps beyond it
     are recomputed (slower, same credit); 0 disables."""
@@ -137,7 +153,7 @@ class RunConfig:
     """Weight dtype of the policy; auto: float32 on a CPU (exact log-prob bookkeeping, fast
     CPU matmuls), bfloat16 on CUDA (what GPU training uses); fast: on a CPU whose
     processor has AMX or AVX-512 BF16, a LoRA-trained policy's decoder products in
-    bfloat16 (agents/precision.py; named `bfloat16-products` in the run identity),
+    bfloat16 (models/precision.py; named `bfloat16-products` in the run identity),
     float32 elsewhere (the same run as float32), bfloat16 on CUDA."""
     threads: int = 1
     """torch CPU threads of the run. 1 by default: on a shared 2-core machine a second
@@ -158,7 +174,7 @@ class RunConfig:
     rounding, summed in another order: such runs are named apart from the others."""
     population: int = 1
     """Train the seeds `seed`, `seed + 1`, ..., `seed + population - 1` of this
-    configuration in one process (benchmarks/run_population.py): one start-up, and each
+    configuration in one process (benchmarks/run/population.py): one start-up, and each
     seed's run folder the same as its single run's (its provenance.json names the
     population); 1: the single run of `seed`. Not part of the run name."""
 
@@ -217,3 +233,37 @@ NON_IDENTITY_FIELDS = frozenset(
         "population",  # which process trains a seed, not what the seed computes
     }
 )
+
+
+def parse_config(argv: Sequence[str] | None = None) -> RunConfig:
+    """Parse the command line; `--preset` picks the defaults the other options start from."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    preset = "default"
+    for position, arg in enumerate(args):
+        if arg == "--preset" and position + 1 < len(args):
+            preset = args[position + 1]
+        elif arg.startswith("--preset="):
+            preset = arg.split("=", 1)[1]
+    overrides = lookup("preset", preset, PRESETS)
+    default = dataclasses.replace(RunConfig(), preset=preset, **overrides)
+    return parse_arguments(
+        RunConfig, args, prog_of("run"), default=default, description=DESCRIPTION
+    )
+
+
+def command_line(cfg: RunConfig) -> str:
+    """The `creditgym run` command that replays `cfg` (options off their defaults only),
+    the same whether the run came from the shell or from a sweep."""
+    words = ["creditgym", "run"]
+    for spec in dataclasses.fields(RunConfig):
+        value = getattr(cfg, spec.name)
+        if value == spec.default:
+            continue
+        flag = "--" + spec.name.replace("_", "-")
+        if isinstance(value, bool):
+            words.append(flag if value else f"--no-{flag[2:]}")
+        elif isinstance(value, tuple):
+            words += [flag, *map(str, value)]
+        else:
+            words += [flag, str(value)]
+    return shlex.join(words)

@@ -1,8 +1,8 @@
-"""Names turned into objects for `creditgym run`: scripted agents, envs, policies
-and credit modules, through dict registries, each failure one `UsageError` line.
+"""Names turned into objects for `creditgym run`: scripted agents, envs, policies,
+credit modules and trainers, through dict registries, each failure one `UsageError` line.
 
-Nothing here reads a `RunConfig`: the callers resolve the run's settings
-(`benchmarks/run_settings.py`) and pass plain values.
+Nothing here reads a `RunConfig`: the callers pass the values of the run's plan
+(`benchmarks/run/plan.py`).
 """
 
 from __future__ import annotations
@@ -16,20 +16,29 @@ from peft import PeftModel
 
 from creditgym import credit
 from creditgym.agents.base import Agent, ExpertAgent, RandomAgent
-from creditgym.agents.models import LoadedModel
 from creditgym.agents.trajectory import DEFAULT_REWARD_CHANNEL
 from creditgym.benchmarks import common
 from creditgym.benchmarks.cli import UsageError
+from creditgym.benchmarks.run.config import NO_CREDIT
 from creditgym.credit.base import DEFAULT_CONVENTION, CreditContext, CreditModule
 from creditgym.measure.ground_truth import exact_sources
+from creditgym.models.registry import LoadedModel
 from creditgym.trainers.core import peft_quietly
-from creditgym.trainers.policy_gradient import AgentConfig
+from creditgym.trainers.policy_gradient import AgentConfig, PolicyGradientTrainer
+from creditgym.trainers.sft import CreditFilteredSFTTrainer
 
 # Scripted agents, built per episode from a seed so a resumed run replays exactly the
 # episodes an uninterrupted one would have played.
 SCRIPTED_AGENTS: dict[str, Callable[[int], Agent]] = {
     "expert": lambda seed: ExpertAgent(),
     "random": lambda seed: RandomAgent(seed=seed),
+}
+
+
+# The trainers `--trainer` names (`--trainer eval-only` trains nothing).
+TRAINERS: dict[str, type] = {
+    "policy_gradient": PolicyGradientTrainer,
+    "sft": CreditFilteredSFTTrainer,
 }
 
 
@@ -68,6 +77,11 @@ def credit_class(name: str) -> type[CreditModule]:
         raise UsageError(str(error.args[0])) from error
 
 
+def credit_names() -> dict[str, str]:
+    """Every valid --credit value (the credit registry plus `none`)."""
+    return {NO_CREDIT: NO_CREDIT, **{name: name for name in credit.REGISTRY}}
+
+
 def build_credit(
     name: str,
     policy: LoadedModel | None,
@@ -84,7 +98,7 @@ def build_credit(
     with, the prompt history length (rebuilt prompts must match the rollout's), the
     generation-cache budget (0 where no trainer fills the cache), the convention of
     its group statistics (docs/conventions.md), the options the user named (an instance
-    of the module's `Options`, `credit_options_of`; None: its defaults), and the env,
+    of the module's `Options`, `RunPlan.credit_options`; None: its defaults), and the env,
     rollout sampling and reward channel the exact-MDP oracles (`oracle`, `hca`) read."""
     context = CreditContext(
         policy=policy,

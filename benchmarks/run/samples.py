@@ -10,27 +10,20 @@ from pathlib import Path
 from creditgym import credit
 from creditgym.agents.atomic import atomic_write_text
 from creditgym.agents.episode import play_episode
-from creditgym.agents.models import LoadedModel
 from creditgym.benchmarks.cli import UsageError
-from creditgym.benchmarks.run_build import SCRIPTED_AGENTS, build_credit, load_policy, make_env
-from creditgym.benchmarks.run_config import RunConfig
-from creditgym.benchmarks.run_eval import EVAL_SEED_BASE, episode_agent_seed, policy_rollouts
-from creditgym.benchmarks.run_settings import (
-    canonical_credit_options,
-    credit_options_of,
-    env_kwargs_for,
-    eval_splits,
-    prompt_history,
-)
-from creditgym.benchmarks.run_train import TRAIN_TEMPERATURE, training_sampling
-from creditgym.credit.options import split_option
+from creditgym.benchmarks.run.build import SCRIPTED_AGENTS, build_credit, load_policy, make_env
+from creditgym.benchmarks.run.evaluate import policy_rollouts
+from creditgym.benchmarks.run.plan import EVAL_SEED_BASE, RunPlan, episode_agent_seed
+from creditgym.benchmarks.run.train import TRAIN_TEMPERATURE, training_sampling
+from creditgym.envs.options import changed_options
+from creditgym.models.registry import LoadedModel
 from creditgym.report import records
 
 # Model that scores hindsight credit of scripted-agent samples (they have no policy).
 SCRIPTED_SAMPLE_SCORER = "tiny"
 
 
-def write_samples(cfg: RunConfig, env_id: str, run_dir: Path, policy: LoadedModel | None) -> None:
+def write_samples(plan: RunPlan, run_dir: Path, policy: LoadedModel | None) -> None:
     """Sample trajectories with the per-step credit of every registered module (the run's
     own module with its --credit-convention and --credit-options, `credit_settings`).
 
@@ -38,13 +31,14 @@ def write_samples(cfg: RunConfig, env_id: str, run_dir: Path, policy: LoadedMode
     training temperature (a group, so that group-relative modules have something to
     compare). Scripted runs have no policy to score hindsight with; `tiny` scores theirs.
     """
+    cfg, env_id = plan.config, plan.env_id
     path = run_dir / records.SAMPLES_FILE
     if path.exists() or cfg.sample_group_size < 1:
         return
-    split = eval_splits(cfg, env_id)[0]
+    split = plan.splits[0]
     group_id = f"{env_id}/sample"
     if policy is None:
-        env = make_env(env_id, env_kwargs_for(cfg, env_id, split))
+        env = make_env(env_id, plan.env_kwargs(split))
         try:
             group = [
                 play_episode(
@@ -60,9 +54,8 @@ def write_samples(cfg: RunConfig, env_id: str, run_dir: Path, policy: LoadedMode
         scorer = load_policy(SCRIPTED_SAMPLE_SCORER, cfg.device)
     else:
         group = policy_rollouts(
-            cfg,
+            plan,
             policy,
-            env_id,
             split,
             seeds=[EVAL_SEED_BASE],
             group_size=cfg.sample_group_size,
@@ -73,30 +66,27 @@ def write_samples(cfg: RunConfig, env_id: str, run_dir: Path, policy: LoadedMode
     # The run's own module scores with the settings it trained with (convention, options);
     # the others at their defaults; all on the env's own rewards, as the samples record
     # them (the exact-MDP modules compute on the env's MDP, whose rewards are those).
-    own = {"convention": cfg.credit_convention, "options": credit_options_of(cfg)}
+    own = {"convention": cfg.credit_convention, "options": plan.credit_options}
     exact = {
         "env_id": env_id,
-        "env_kwargs": env_kwargs_for(cfg, env_id, split),
-        "sampling": None if policy is None else training_sampling(cfg),
+        "env_kwargs": plan.env_kwargs(split),
+        "sampling": None if policy is None else training_sampling(plan),
     }
     credit_by_module = {}
     for name in sorted(credit.REGISTRY):
         try:
             module = build_credit(
-                name, scorer, prompt_history(cfg), **exact, **(own if name == cfg.credit else {})
+                name, scorer, plan.history_len, **exact, **(own if name == cfg.credit else {})
             )
         except UsageError:
             if name == cfg.credit:
                 raise
             continue  # an exact-MDP oracle off a finite-MDP env or a model's exact table
         credit_by_module[name] = module(group).step_advantages
+    # The run's options off their defaults, by key: what its run identity names.
+    named = () if plan.credit_options is None else changed_options(plan.credit_options)
     settings = (
-        {
-            cfg.credit: {
-                "convention": cfg.credit_convention,
-                "options": dict(map(split_option, canonical_credit_options(cfg))),
-            }
-        }
+        {cfg.credit: {"convention": cfg.credit_convention, "options": dict(sorted(named))}}
         if cfg.credit in credit.REGISTRY
         else {}
     )

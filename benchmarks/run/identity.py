@@ -1,7 +1,7 @@
-"""A run's identity and name: the result-deciding fields of a `RunConfig`, resolved
-(`benchmarks/run_settings.py`), hashed into the run folder's name (same configuration,
-same folder, so a rerun resumes), and the leaderboard row derived from them
-(`method_config`, `method_fields`).
+"""A run's identity and name: the result-deciding values of its plan
+(`benchmarks/run/plan.py`), hashed into the run folder's name (same configuration, same
+folder, so a rerun resumes), and the leaderboard row derived from them (`method_config`,
+`method_fields`). Pure functions of the plan: nothing here parses an option.
 """
 
 from __future__ import annotations
@@ -11,75 +11,70 @@ import hashlib
 import json
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from creditgym.benchmarks import common
-from creditgym.benchmarks.run_config import NON_IDENTITY_FIELDS, RunConfig
-from creditgym.benchmarks.run_settings import (
-    EVAL_ONLY,
-    NO_CREDIT,
-    canonical_credit_options,
-    game_set,
-    group_size,
-    model_dtype,
-    prompt_history,
-    step_limit,
-    trains,
-)
+from creditgym.benchmarks.run.config import EVAL_ONLY, NO_CREDIT, NON_IDENTITY_FIELDS
 from creditgym.report import records
 
+if TYPE_CHECKING:  # the plan names itself by these functions (`RunPlan.name`)
+    from creditgym.benchmarks.run.plan import RunPlan
 
-def run_identity(cfg: RunConfig) -> dict[str, Any]:
-    """Every result-deciding field of `cfg`, as JSON values: what the run name hashes and
+
+def run_identity(plan: RunPlan) -> dict[str, Any]:
+    """Every result-deciding value of `plan`, as JSON values: what the run name hashes and
     config.json records (so that a folder reused under `--name` can be checked)."""
+    cfg = plan.config
+    # The env and credit options among them as parsed values (`RunPlan.config`): off
+    # their defaults, one spelling each, in a fixed order (env options in their class's
+    # declaration order, credit options sorted), so `x=true`, `x=True` and `x=1` are one
+    # run, and so are `delay=16 variance=high`, `variance=high delay=16` and either with
+    # the default `num_keys=1`.
     identity = {
         key: value
         for key, value in dataclasses.asdict(cfg).items()
         if key not in NON_IDENTITY_FIELDS
     }
-    identity["env"] = common.env_id(cfg.env)
-    identity["group_size"] = group_size(cfg)
-    identity["max_episode_steps"] = step_limit(cfg)
-    # Named credit options as parsed values: off their defaults, sorted, one spelling each
-    # (`credit.options.canonical_texts`), so `x=true`, `x=True` and `x=1` are one run and
-    # an option spelled out at its default is the run without it.
-    identity["credit_options"] = list(canonical_credit_options(cfg))
+    identity["env"] = plan.env_id
+    identity["group_size"] = plan.group_size
+    identity["max_episode_steps"] = plan.step_limit
+    identity["credit_options"] = list(cfg.credit_options)
     # The resolved K: an unset K and the K it resolves to on that env are one run.
-    identity["history_len"] = prompt_history(cfg)
+    identity["history_len"] = plan.history_len
     # The dtype decides results, the device alone does not: hash the resolved dtype.
-    identity["dtype"] = model_dtype(cfg)
+    identity["dtype"] = plan.dtype
     # Another summation order only when on: left out at its default, so the runs made
     # before the option keep their names.
     if not cfg.update_distinct_rows:
         del identity["update_distinct_rows"]
     # The data played decides results (ALFWorld: which game set), so a run on other data
     # gets another folder.
-    played = game_set(cfg)
-    if played is not None:
-        identity["game_set"] = played.description
+    if plan.game_set is not None:
+        identity["game_set"] = plan.game_set.description
     return json.loads(json.dumps(identity, default=str))
 
 
-def run_name(cfg: RunConfig) -> str:
-    """Readable name plus a hash of every result-deciding field (same config, same name)."""
-    if cfg.name:
-        return cfg.name
-    return hashed_name(cfg, run_identity(cfg))
+def run_name(plan: RunPlan) -> str:
+    """Readable name plus a hash of every result-deciding value (same plan, same name)."""
+    if plan.config.name:
+        return plan.config.name
+    return hashed_name(plan, plan.identity)
 
 
-def hashed_name(cfg: RunConfig, identity: Mapping[str, Any]) -> str:
-    """The derived run name: the readable fields of `cfg` (env, faults, env options, model,
+def hashed_name(plan: RunPlan, identity: Mapping[str, Any]) -> str:
+    """The derived run name: the readable fields of `plan` (env, faults, env options, model,
     method, seed) and the first hex digits of the SHA-256 of `identity` as sorted JSON."""
+    cfg = plan.config
     digest = hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()
     what = (
-        f"{cfg.trainer}-{cfg.credit}-G{group_size(cfg)}-{cfg.steps}steps"
-        if trains(cfg)
+        f"{cfg.trainer}-{cfg.credit}-G{plan.group_size}-{cfg.steps}steps"
+        if plan.trains
         else EVAL_ONLY
     )
     options = [re.sub(r"[^A-Za-z0-9.]+", "", option) for option in cfg.env_options]
     parts = [cfg.model, what, f"seed{cfg.seed}", digest[:6]]
     variant = [*cfg.faults, *options]
-    return _slug(common.output_name(None, common.env_id(cfg.env), parts, variant, "-"))
+    return _slug(common.output_name(None, plan.env_id, parts, variant, "-"))
 
 
 def _slug(text: str) -> str:
@@ -109,7 +104,7 @@ MEASUREMENT_FIELDS = ("eval_every", "curve_episodes")
 TASK_FIELDS = ("env", "faults", "env_options", "max_episode_steps")
 
 
-def method_config(cfg: RunConfig) -> dict[str, Any]:
+def method_config(plan: RunPlan) -> dict[str, Any]:
     """A run's leaderboard row: its identity less the seed (a row averages over seeds) and
     the task fields, with the display fields of `method_fields` (eval-only: no training).
 
@@ -120,15 +115,16 @@ def method_config(cfg: RunConfig) -> dict[str, Any]:
         "seed",
         *TASK_FIELDS,
         *MEASUREMENT_FIELDS,
-        *(() if trains(cfg) else TRAINING_ONLY_FIELDS),
+        *(() if plan.trains else TRAINING_ONLY_FIELDS),
     }
-    kept = {key: value for key, value in run_identity(cfg).items() if key not in dropped}
-    return {**kept, **method_fields(cfg)}
+    kept = {key: value for key, value in plan.identity.items() if key not in dropped}
+    return {**kept, **method_fields(plan)}
 
 
-def method_fields(cfg: RunConfig) -> dict[str, Any]:
+def method_fields(plan: RunPlan) -> dict[str, Any]:
     """Leaderboard row identity (`records.METHOD_FIELDS`): model, trainer, credit, G, steps."""
-    if not trains(cfg):
+    cfg = plan.config
+    if not plan.trains:
         return {
             "model": cfg.model,
             "trainer": EVAL_ONLY,
@@ -140,10 +136,10 @@ def method_fields(cfg: RunConfig) -> dict[str, Any]:
         "model": cfg.model,
         "trainer": cfg.trainer,
         "credit": cfg.credit,
-        "group_size": group_size(cfg),
+        "group_size": plan.group_size,
         "steps": cfg.steps,
     }
 
 
-def method_label(cfg: RunConfig) -> str:
-    return records.method_label(method_fields(cfg))
+def method_label(plan: RunPlan) -> str:
+    return records.method_label(method_fields(plan))
