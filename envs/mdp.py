@@ -23,9 +23,14 @@ Contract:
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import ClassVar, Generic, Protocol, TypeVar, runtime_checkable
+
+TaskT = TypeVar("TaskT")
+StateT = TypeVar("StateT")
+DrawT = TypeVar("DrawT")
 
 
 @dataclass(frozen=True)
@@ -79,3 +84,110 @@ class FiniteMDP(Protocol):
     def transitions(self, state: str, action: str) -> Sequence[Transition]:
         """Every outcome of `action` in `state`; probabilities sum to 1."""
         ...
+
+
+def parse_task_index(task_id: object, prefix: str) -> int:
+    """`"<prefix>-17"` -> 17 (a task id of KeyDoor or Umbrella); a clear ValueError for
+    anything else."""
+    found, _, index = str(task_id).rpartition("-")
+    if found != prefix or not index.isdigit():
+        raise ValueError(f"task_id {task_id!r} is not '{prefix}-<n>' with n a non-negative integer")
+    return int(index)
+
+
+@dataclass(frozen=True)
+class Outcome(Generic[StateT]):
+    """What one step of an env's dynamics did (the `advance` of envs/keydoor/dynamics.py
+    and envs/umbrella/dynamics.py, which say what each field means there).
+
+    Attributes:
+        reached: the state the step led to; None when the episode ended by itself. At the
+            step limit it is the state the agent would act in next, were it not truncated.
+        reward: reward paid by the step.
+        terminated: the episode ended by itself.
+        truncated: the step limit was reached first.
+        success: the env's verdict on an episode the step ended.
+        key_step: the step was one the solution needs (the env's `info["key_step"]`).
+    """
+
+    reached: StateT | None
+    reward: float
+    terminated: bool
+    truncated: bool
+    success: bool
+    key_step: bool
+
+    @property
+    def next_state(self) -> StateT | None:
+        """The MDP's next state: None once the episode ended (terminated or truncated)."""
+        return None if self.terminated or self.truncated else self.reached
+
+
+class DynamicsMDP(ABC, Generic[TaskT, StateT, DrawT]):
+    """The exact finite MDP (`FiniteMDP`) of one task of an env written as pure dynamics:
+    a subclass says how a state is written and read, what the agent sees, which random
+    draws a step needs and what a step does; actions, views and transitions follow.
+
+    Commands that are not admissible are not actions of the MDP (the env maps them to a
+    no-op its `advance` documents). Outcomes of one action that coincide (same next
+    state, reward and ending) are one transition with their summed probability.
+    """
+
+    task_text: ClassVar[str]
+    """The task instruction every view shows."""
+
+    def __init__(self, task: TaskT) -> None:
+        self.task = task
+
+    @abstractmethod
+    def initial_states(self) -> tuple[tuple[float, str], ...]:
+        """(probability, state id) pairs of the initial state distribution."""
+
+    @abstractmethod
+    def parse_state(self, state: str) -> StateT:
+        """The true state a state id names (ValueError for another task's)."""
+
+    @abstractmethod
+    def state_id(self, state: StateT) -> str:
+        """The id of a true state."""
+
+    @abstractmethod
+    def commands(self, state: StateT) -> tuple[str, ...]:
+        """The admissible commands in a true state."""
+
+    @abstractmethod
+    def observation(self, state: StateT) -> str:
+        """What the agent sees in a true state."""
+
+    @abstractmethod
+    def draws(self, action: str) -> Sequence[tuple[float, DrawT]]:
+        """(probability, draw) of every random draw taking `action` needs."""
+
+    @abstractmethod
+    def advance(self, state: StateT, action: str, draw: DrawT) -> Outcome[StateT]:
+        """What taking `action` in `state` does when the randomness is `draw`."""
+
+    def actions(self, state: str) -> tuple[str, ...]:
+        return self.commands(self.parse_state(state))
+
+    def view(self, state: str) -> StateView:
+        true_state = self.parse_state(state)
+        return StateView(self.observation(true_state), self.task_text, self.commands(true_state))
+
+    def transitions(self, state: str, action: str) -> tuple[Transition, ...]:
+        true_state = self.parse_state(state)
+        if action not in self.commands(true_state):
+            raise ValueError(f"{action!r} is not admissible in {state!r}")
+        merged: dict[tuple[str | None, float, bool, bool, bool], float] = {}
+        for probability, draw in self.draws(action):
+            outcome = self.advance(true_state, action, draw)
+            reached = outcome.next_state
+            key = (
+                None if reached is None else self.state_id(reached),
+                outcome.reward,
+                outcome.terminated,
+                outcome.truncated,
+                outcome.success,
+            )
+            merged[key] = merged.get(key, 0.0) + probability
+        return tuple(Transition(probability, *fields) for fields, probability in merged.items())

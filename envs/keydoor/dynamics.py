@@ -27,7 +27,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from creditgym.envs.mdp import StateView, Transition
+from creditgym.envs.mdp import DynamicsMDP, Outcome
 
 KEY = "key"
 NOTHING = "nothing"
@@ -92,34 +92,6 @@ class KeyDoorState:
 
     steps: int
     holding: str
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """What one step did.
-
-    Attributes:
-        reached: the state the step led to; None when the door was opened (the agent
-            left the world). At the step limit it is the state the agent would act in
-            next, were it not truncated.
-        reward: reward paid by the step.
-        terminated: the door was opened (with or without the key).
-        truncated: the step limit was reached first.
-        success: the door was opened holding every key.
-        key_step: the step took a key, or opened the door holding every key.
-    """
-
-    reached: KeyDoorState | None
-    reward: float
-    terminated: bool
-    truncated: bool
-    success: bool
-    key_step: bool
-
-    @property
-    def next_state(self) -> KeyDoorState | None:
-        """The MDP's next state: None once the episode ended (terminated or truncated)."""
-        return None if self.terminated or self.truncated else self.reached
 
 
 def build_task(
@@ -228,7 +200,7 @@ def apple_draws(task: KeyDoorTask, command: str | None) -> tuple[tuple[float, fl
 
 def advance(
     task: KeyDoorTask, state: KeyDoorState, command: str | None, apple_value: float | None
-) -> Outcome:
+) -> Outcome[KeyDoorState]:
     """Take `command` (None: not admissible, treated as the phase's no-op) in `state`.
 
     The no-op of the room is to leave carrying nothing; of the orchard and the door, to
@@ -297,7 +269,9 @@ def observation(task: KeyDoorTask, state: KeyDoorState) -> str:
     return f"You stand before a closed door at the end of the orchard.\n{status}"
 
 
-def final_observation(task: KeyDoorTask, state: KeyDoorState, outcome: Outcome) -> str:
+def final_observation(
+    task: KeyDoorTask, state: KeyDoorState, outcome: Outcome[KeyDoorState]
+) -> str:
     """The text shown after the door was opened from `state` (`outcome.reached` is None)."""
     if rooms(task) > 1:
         if outcome.success:
@@ -310,48 +284,36 @@ def final_observation(task: KeyDoorTask, state: KeyDoorState, outcome: Outcome) 
     return f"The door is locked, and you have no key: you are carrying {_carrying(state.holding)}."
 
 
-class KeyDoorMDP:
-    """The exact finite MDP of one KeyDoor task (`envs.mdp.FiniteMDP`).
+class KeyDoorMDP(DynamicsMDP[KeyDoorTask, KeyDoorState, float | None]):
+    """The exact finite MDP of one KeyDoor task (`envs.mdp.DynamicsMDP`).
 
     States: the first room (t = 0), then (t, what is carried) for 1 <= t < max_steps (one
     room: at most 1 + (max_steps - 1) * (len(table) + 1) of them); the start is
-    deterministic. Outcomes
-    of eating an apple: one per distinct apple value; every other command has one.
-    Commands that are not admissible are not actions of the MDP (the env maps them to
-    the phase's no-op, which `advance` documents).
+    deterministic. Outcomes of eating an apple: one per distinct apple value; every other
+    command has one.
     """
 
-    def __init__(self, task: KeyDoorTask) -> None:
-        self.task = task
+    task_text = TASK_TEXT
 
     def initial_states(self) -> tuple[tuple[float, str], ...]:
         return ((1.0, state_id(self.task, KeyDoorState(0, NOTHING))),)
 
-    def actions(self, state: str) -> tuple[str, ...]:
-        return commands(self.task, parse_state_id(self.task, state))
+    def parse_state(self, state: str) -> KeyDoorState:
+        return parse_state_id(self.task, state)
 
-    def view(self, state: str) -> StateView:
-        true_state = parse_state_id(self.task, state)
-        return StateView(
-            observation(self.task, true_state), TASK_TEXT, commands(self.task, true_state)
-        )
+    def state_id(self, state: KeyDoorState) -> str:
+        return state_id(self.task, state)
 
-    def transitions(self, state: str, action: str) -> tuple[Transition, ...]:
-        true_state = parse_state_id(self.task, state)
-        if action not in commands(self.task, true_state):
-            raise ValueError(f"{action!r} is not admissible in {state!r}")
-        outcomes = []
-        for probability, apple_value in apple_draws(self.task, action):
-            outcome = advance(self.task, true_state, action, apple_value)
-            reached = outcome.next_state
-            outcomes.append(
-                Transition(
-                    probability,
-                    None if reached is None else state_id(self.task, reached),
-                    outcome.reward,
-                    outcome.terminated,
-                    outcome.truncated,
-                    outcome.success,
-                )
-            )
-        return tuple(outcomes)
+    def commands(self, state: KeyDoorState) -> tuple[str, ...]:
+        return commands(self.task, state)
+
+    def observation(self, state: KeyDoorState) -> str:
+        return observation(self.task, state)
+
+    def draws(self, action: str) -> tuple[tuple[float, float | None], ...]:
+        return apple_draws(self.task, action)
+
+    def advance(
+        self, state: KeyDoorState, action: str, draw: float | None
+    ) -> Outcome[KeyDoorState]:
+        return advance(self.task, state, action, draw)

@@ -41,7 +41,6 @@ from creditgym.envs.keydoor.dynamics import (
     KeyDoorMDP,
     KeyDoorState,
     KeyDoorTask,
-    Outcome,
     advance,
     build_task,
     commands,
@@ -53,6 +52,7 @@ from creditgym.envs.keydoor.dynamics import (
     state_id,
 )
 from creditgym.envs.keydoor.options import KeyDoorOptions
+from creditgym.envs.mdp import Outcome, parse_task_index
 from creditgym.envs.seeding import replica_generator
 from creditgym.envs.spaces import text_space
 
@@ -61,14 +61,6 @@ from creditgym.envs.spaces import text_space
 DOOR_SLACK = 2
 OBSERVATION_MAX_CHARS = 1024
 ACTION_MAX_CHARS = 1024
-
-
-def parse_task_id(task_id: object) -> int:
-    """`"keydoor-17"` -> 17; a clear ValueError for anything else."""
-    prefix, _, index = str(task_id).rpartition("-")
-    if prefix != "keydoor" or not index.isdigit():
-        raise ValueError(f"task_id {task_id!r} is not 'keydoor-<n>' with n a non-negative integer")
-    return int(index)
 
 
 class KeyDoorEnv(gym.Env[str, str]):
@@ -137,7 +129,9 @@ class KeyDoorEnv(gym.Env[str, str]):
         super().reset(seed=seed)
         task_id = (options or {}).get("task_id")
         index = (
-            int(self.np_random.integers(INSTANCES)) if task_id is None else parse_task_id(task_id)
+            int(self.np_random.integers(INSTANCES))
+            if task_id is None
+            else parse_task_index(task_id, "keydoor")
         )
         self.task = build_task(
             index,
@@ -196,7 +190,7 @@ class KeyDoorEnv(gym.Env[str, str]):
         return KeyDoorMDP(self.task)
 
     # ---------------------------------------------------------------- internals
-    def _feedback(self, state: KeyDoorState, outcome: Outcome) -> str:
+    def _feedback(self, state: KeyDoorState, outcome: Outcome[KeyDoorState]) -> str:
         """Why the episode that just left `state` ended ("" while it goes on)."""
         if not (outcome.terminated or outcome.truncated):
             return ""
@@ -214,7 +208,7 @@ class KeyDoorEnv(gym.Env[str, str]):
             return "The door stayed locked: not solved."
         return f"Step limit ({self.max_steps}) reached before the door was opened: not solved."
 
-    def _causal_feedback(self, state: KeyDoorState, outcome: Outcome) -> str:
+    def _causal_feedback(self, state: KeyDoorState, outcome: Outcome[KeyDoorState]) -> str:
         """The earlier feedback, which names the room's choice as the cause."""
         # What was carried never changes after the room, where `reached` shows the pick.
         carried = state.holding if outcome.reached is None else outcome.reached.holding

@@ -25,7 +25,7 @@ import itertools
 import random
 from dataclasses import dataclass
 
-from creditgym.envs.mdp import StateView, Transition
+from creditgym.envs.mdp import DynamicsMDP, Outcome
 
 TAKE = "take the umbrella"
 LEAVE = "leave the umbrella"
@@ -86,33 +86,6 @@ class Draw:
 
     noise: float
     facts: tuple[bool, ...]
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """What one step did.
-
-    Attributes:
-        reached: the state the step led to; None at the end of the walk. At the step
-            limit it is the state the agent would act in next, were it not truncated.
-        reward: reward paid by the step (noise, or the final +-1).
-        terminated: the walk ended (t reached `length`).
-        truncated: the step limit came first.
-        success: the walk ended with the umbrella choice matching the forecast.
-        key_step: the step was the first one and its choice matched the forecast.
-    """
-
-    reached: UmbrellaState | None
-    reward: float
-    terminated: bool
-    truncated: bool
-    success: bool
-    key_step: bool
-
-    @property
-    def next_state(self) -> UmbrellaState | None:
-        """The MDP's next state: None once the episode ended (terminated or truncated)."""
-        return None if self.terminated or self.truncated else self.reached
 
 
 def build_task(
@@ -203,7 +176,9 @@ def carries_umbrella(state: UmbrellaState, command: str | None) -> bool:
     return command == TAKE if state.steps == 0 else state.umbrella
 
 
-def advance(task: UmbrellaTask, state: UmbrellaState, command: str | None, draw: Draw) -> Outcome:
+def advance(
+    task: UmbrellaTask, state: UmbrellaState, command: str | None, draw: Draw
+) -> Outcome[UmbrellaState]:
     """Take `command` (None: not admissible, which at home means leaving the umbrella)."""
     umbrella = carries_umbrella(state, command)
     key_step = state.steps == 0 and umbrella == state.rain
@@ -251,8 +226,8 @@ def final_observation(state: UmbrellaState, command: str | None) -> str:
     return "You reach work in sunshine, with nothing to carry."
 
 
-class UmbrellaMDP:
-    """The exact finite MDP of one Umbrella task (`envs.mdp.FiniteMDP`).
+class UmbrellaMDP(DynamicsMDP[UmbrellaTask, UmbrellaState, Draw]):
+    """The exact finite MDP of one Umbrella task (`envs.mdp.DynamicsMDP`).
 
     States: (t, forecast, umbrella, distractor bits) for t < min(length, max_steps):
     2 ** (n + 1) at home and 2 ** (n + 2) per later step, n = `num_distractors`; the
@@ -261,8 +236,7 @@ class UmbrellaMDP:
     step has one). Sizes grow as 2 ** n: keep n small for exact work.
     """
 
-    def __init__(self, task: UmbrellaTask) -> None:
-        self.task = task
+    task_text = TASK_TEXT
 
     def initial_states(self) -> tuple[tuple[float, str], ...]:
         count = len(self.task.facts)
@@ -273,27 +247,20 @@ class UmbrellaMDP:
             for facts in itertools.product((True, False), repeat=count)
         )
 
-    def actions(self, state: str) -> tuple[str, ...]:
-        return commands(parse_state_id(self.task, state))
+    def parse_state(self, state: str) -> UmbrellaState:
+        return parse_state_id(self.task, state)
 
-    def view(self, state: str) -> StateView:
-        true_state = parse_state_id(self.task, state)
-        return StateView(observation(self.task, true_state), TASK_TEXT, commands(true_state))
+    def state_id(self, state: UmbrellaState) -> str:
+        return state_id(state)
 
-    def transitions(self, state: str, action: str) -> tuple[Transition, ...]:
-        true_state = parse_state_id(self.task, state)
-        if action not in commands(true_state):
-            raise ValueError(f"{action!r} is not admissible in {state!r}")
-        merged: dict[tuple[str | None, float, bool, bool, bool], float] = {}
-        for probability, draw in draws(self.task):
-            outcome = advance(self.task, true_state, action, draw)
-            reached = outcome.next_state
-            key = (
-                None if reached is None else state_id(reached),
-                outcome.reward,
-                outcome.terminated,
-                outcome.truncated,
-                outcome.success,
-            )
-            merged[key] = merged.get(key, 0.0) + probability
-        return tuple(Transition(probability, *fields) for fields, probability in merged.items())
+    def commands(self, state: UmbrellaState) -> tuple[str, ...]:
+        return commands(state)
+
+    def observation(self, state: UmbrellaState) -> str:
+        return observation(self.task, state)
+
+    def draws(self, action: str) -> tuple[tuple[float, Draw], ...]:
+        return draws(self.task)
+
+    def advance(self, state: UmbrellaState, action: str, draw: Draw) -> Outcome[UmbrellaState]:
+        return advance(self.task, state, action, draw)

@@ -29,13 +29,13 @@ from typing import Any, ClassVar
 
 import gymnasium as gym
 
+from creditgym.envs.mdp import Outcome, parse_task_index
 from creditgym.envs.seeding import replica_generator
 from creditgym.envs.spaces import text_space
 from creditgym.envs.umbrella.dynamics import (
     INSTANCES,
     TASK_TEXT,
     Draw,
-    Outcome,
     UmbrellaMDP,
     UmbrellaState,
     UmbrellaTask,
@@ -55,14 +55,6 @@ from creditgym.envs.umbrella.options import UmbrellaOptions
 
 OBSERVATION_MAX_CHARS = 1024
 ACTION_MAX_CHARS = 1024
-
-
-def parse_task_id(task_id: object) -> int:
-    """`"umbrella-17"` -> 17; a clear ValueError for anything else."""
-    prefix, _, index = str(task_id).rpartition("-")
-    if prefix != "umbrella" or not index.isdigit():
-        raise ValueError(f"task_id {task_id!r} is not 'umbrella-<n>' with n a non-negative integer")
-    return int(index)
 
 
 class UmbrellaEnv(gym.Env[str, str]):
@@ -131,7 +123,9 @@ class UmbrellaEnv(gym.Env[str, str]):
         super().reset(seed=seed)
         task_id = (options or {}).get("task_id")
         index = (
-            int(self.np_random.integers(INSTANCES)) if task_id is None else parse_task_id(task_id)
+            int(self.np_random.integers(INSTANCES))
+            if task_id is None
+            else parse_task_index(task_id, "umbrella")
         )
         self.task = build_task(
             index, self.length, self.num_distractors, self.max_steps, self.forecast_visible
@@ -191,7 +185,9 @@ class UmbrellaEnv(gym.Env[str, str]):
         return UmbrellaMDP(self.task)
 
     # ---------------------------------------------------------------- internals
-    def _feedback(self, state: UmbrellaState, command: str | None, outcome: Outcome) -> str:
+    def _feedback(
+        self, state: UmbrellaState, command: str | None, outcome: Outcome[UmbrellaState]
+    ) -> str:
         """Why the episode that `command` in `state` moved on ended ("" while it goes on)."""
         if not (outcome.terminated or outcome.truncated):
             return ""
@@ -208,7 +204,9 @@ class UmbrellaEnv(gym.Env[str, str]):
         verdict = "+1: solved" if outcome.success else "-1: not solved"
         return f"You reached work {weather}; the final reward was {verdict}."
 
-    def _causal_feedback(self, state: UmbrellaState, command: str | None, outcome: Outcome) -> str:
+    def _causal_feedback(
+        self, state: UmbrellaState, command: str | None, outcome: Outcome[UmbrellaState]
+    ) -> str:
         """The earlier feedback, which says the first choice alone decided."""
         forecast = forecast_name(state.rain)
         took = carries_umbrella(state, command)
