@@ -2,12 +2,13 @@
 
 In constrained mode the policy may only emit `<action>` + one admissible command +
 `</action>` + EOS, token by token: at each position the allowed next tokens are the
-children of the trie node reached so far. The think block is skipped in this mode, on
-purpose: constraining free-form reasoning is impossible, and letting it run unconstrained
-first costs many tokens per step for a model (tiny, or untrained) whose reasoning is
-noise. This lets an untrained model act validly from the first step.
+children of the trie node reached so far (`models.token_trie.TokenTrie`). The think block
+is skipped in this mode, on purpose: constraining free-form reasoning is impossible, and
+letting it run unconstrained first costs many tokens per step for a model (tiny, or
+untrained) whose reasoning is noise. This lets an untrained model act validly from the
+first step.
 
-The same trie is rebuilt from `Step.admissible_commands` by `agents.logprobs` to
+The same trie is rebuilt from `Step.admissible_commands` by `agents.action_logprobs` to
 re-score recorded actions under the exact distribution they were sampled from.
 """
 
@@ -16,68 +17,11 @@ from __future__ import annotations
 import weakref
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
-import torch
 from transformers import PreTrainedTokenizerBase
 
 from creditgym.agents.parsing import ACTION_CLOSE, ACTION_OPEN
-
-
-@dataclass
-class _Node:
-    children: dict[int, _Node] = field(default_factory=dict)
-
-
-class TokenTrie:
-    """Prefix trie over token-id sequences; every sequence ends at a leaf.
-
-    Sequences must be prefix-free (the constrained format ends each with EOS, which
-    guarantees it), so "no children" means "done".
-    """
-
-    def __init__(self, sequences: Sequence[Sequence[int]]) -> None:
-        if not sequences:
-            raise ValueError("a token trie needs at least one sequence")
-        self.root = _Node()
-        for sequence in sequences:
-            if not sequence:
-                raise ValueError("empty token sequence in trie")
-            node = self.root
-            for token in sequence:
-                node = node.children.setdefault(int(token), _Node())
-        for sequence in sequences:
-            if self.walk(sequence).children:
-                raise ValueError(f"token sequence {list(sequence)} is a prefix of another")
-        # The longest sequence: a generation cap below it would cut a command off.
-        self.longest = max(len(sequence) for sequence in sequences)
-
-    def walk(self, prefix: Sequence[int]) -> _Node:
-        """Node reached by `prefix`; KeyError if the prefix is not in the trie."""
-        node = self.root
-        for token in prefix:
-            node = node.children[int(token)]
-        return node
-
-    def allowed(self, prefix: Sequence[int]) -> list[int]:
-        """Token ids allowed after `prefix` (empty when `prefix` is complete)."""
-        return sorted(self.walk(prefix).children)
-
-    def masks(self, tokens: Sequence[int], vocab_size: int) -> torch.Tensor:
-        """Allowed-token masks along a recorded sequence.
-
-        Returns:
-            [len(tokens), vocab_size] bool; row k marks the tokens allowed before
-            `tokens[k]` was chosen. ValueError if `tokens` leaves the trie.
-        """
-        masks = torch.zeros((len(tokens), vocab_size), dtype=torch.bool)
-        node = self.root
-        for k, token in enumerate(tokens):
-            masks[k, list(node.children)] = True
-            if int(token) not in node.children:
-                raise ValueError(f"token {token} at position {k} is not an allowed continuation")
-            node = node.children[int(token)]
-        return masks
+from creditgym.models.token_trie import TokenTrie
 
 
 def action_token_sequences(

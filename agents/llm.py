@@ -3,11 +3,11 @@
 One `act` call handles a batch of environments: each prompt is built from the step's
 `AgentInput` (agents.prompts, the verl-agent / GiGPO / HCAPO format), rendered with the
 model's chat template, and all rows are generated together with left padding and a KV
-cache. `stream()` offers the same steps as a continuous batch (`agents.batching`):
+cache. `stream()` offers the same steps as a continuous batch (`models.batching`):
 rollouts add an environment's next step as soon as its observation arrives, while the
 other rows keep decoding. The sampling loop is written out (not `model.generate`) so
 that each token's log-prob is recorded under the distribution it was actually drawn from
-(constraint mask, temperature, top-p; see `agents.logprobs.sampling_logprobs`), and the
+(constraint mask, temperature, top-p; see `models.logprobs.sampling_logprobs`), and the
 prompt and generated ids are stored as produced: nothing is re-tokenised afterwards.
 
 Randomness is per episode, not per batch: row r draws its Gumbel noise from a generator
@@ -32,13 +32,14 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 from creditgym.agents.base import AgentAction, AgentInput
-from creditgym.agents.batching import ContinuousBatch
-from creditgym.agents.constrained import TokenTrie, build_action_trie
-from creditgym.agents.generation_cache import GenerationCache
-from creditgym.agents.logprobs import check_sampling_params
-from creditgym.agents.models import LoadedModel
+from creditgym.agents.constrained import build_action_trie
 from creditgym.agents.parsing import ACTION_CLOSE, parse_action
 from creditgym.agents.prompts import build_messages
+from creditgym.models.batching import ContinuousBatch
+from creditgym.models.generation_cache import GenerationCache
+from creditgym.models.logprobs import check_sampling_params
+from creditgym.models.registry import LoadedModel
+from creditgym.models.token_trie import TokenTrie
 
 # Tokens decoded when looking for `</action>` at the end of the response (enough for a
 # byte-level tokenizer, which spells the 9-character tag in 9 tokens).
@@ -99,15 +100,15 @@ class LLMAgent:
     """A causal LM acting through `agents.base.Agent.act`, batched over environments.
 
     Args:
-        loaded: model and tokenizer (`agents.models.load_model`).
+        loaded: model and tokenizer (`models.registry.load_model`).
         temperature, top_p, max_new_tokens, history_len, constrained: see
             `SamplingConfig` (whose defaults these are).
         seed: base seed of the per-episode sampling RNGs.
         generation_cache: keeps prompts' keys and values and responses' hidden states for
-            hindsight scoring (`agents.generation_cache`; trainers pass their credit
+            hindsight scoring (`models.generation_cache`; trainers pass their credit
             module's); None: nothing kept.
         share_prefix: prefill a prompt prefix that steps share (system and task text)
-            once and reuse it (`agents.batching.ContinuousBatch`); off by default, so
+            once and reuse it (`models.batching.ContinuousBatch`); off by default, so
             runs made before it keep their arithmetic.
     """
 
@@ -164,7 +165,7 @@ class LLMAgent:
         return [actions[row] for row in range(len(inputs))]
 
     def stream(self) -> LLMStream:
-        """A continuous batch of this agent's steps (`agents.batching`): inputs join
+        """A continuous batch of this agent's steps (`models.batching`): inputs join
         while others generate; `agents.rollout.collect` uses it to keep the batch full."""
         return LLMStream(self)
 

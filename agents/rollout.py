@@ -9,7 +9,7 @@ steps, takes whatever resets have finished meanwhile, and acts on all of them in
 call. An agent with `stream()` (`agents.base.StreamingAgent`: the LLM policy) is driven
 as a continuous batch instead: an env's next step joins the running generation as soon
 as its observation is back, and a finished response goes to its env at once, so no slot
-waits for the longest response of a round (`agents.batching`). A worker that raises,
+waits for the longest response of a round (`models.batching`). A worker that raises,
 dies or exceeds its timeout loses its episode (logged with the reason, listed in
 `RolloutStats.dropped`) and is replaced; the rest completes.
 Healthy workers stay alive after the call and are reused by the next call with the
@@ -39,7 +39,6 @@ import gymnasium as gym
 from creditgym.agents.base import Agent, AgentAction, StreamingAgent
 from creditgym.agents.episode import EpisodeRecorder
 from creditgym.agents.parsing import is_valid_action
-from creditgym.agents.progress import LiveBar
 from creditgym.agents.trajectory import Trajectory
 from creditgym.agents.workers import (
     EnvWorker,
@@ -54,6 +53,7 @@ from creditgym.agents.workers import (
 )
 from creditgym.envs.registry import ENVS
 from creditgym.envs.seeding import REPLICA_OPTION
+from creditgym.models.progress import LiveBar
 
 # `close_workers` belongs to the rollout's interface: callers stop the workers a `collect`
 # call left running without knowing the pool module.

@@ -17,9 +17,10 @@ from typing import Any
 import torch
 
 from creditgym import envs
-from creditgym.agents.models import MODELS, LoadedModel, ModelUnavailableError, load_model
-from creditgym.agents.precision import cpu_features, native_bfloat16, use_bfloat16_matmuls
 from creditgym.benchmarks.cli import UsageError, lookup, parse_arguments, prog_of, suggest
+from creditgym.models.precision import cpu_features, native_bfloat16, use_bfloat16_matmuls
+from creditgym.models.registry import MODELS, LoadedModel, ModelUnavailableError, load_model
+from creditgym.trainers import warm_start  # noqa: F401  (provides `small-warm`'s loader)
 
 DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32,
@@ -29,7 +30,7 @@ DTYPES: dict[str, torch.dtype] = {
 
 
 # The precision `--dtype fast` resolves to on a CPU with native bfloat16 products: float32
-# weights and activations, the decoder layers' products in bfloat16 (agents/precision.py).
+# weights and activations, the decoder layers' products in bfloat16 (models/precision.py).
 BFLOAT16_PRODUCTS = "bfloat16-products"
 
 
@@ -91,7 +92,7 @@ def env_options(
 def load_policy(
     name: str, device: str = "cpu", dtype: str = "float32", also_valid: Iterable[str] = ()
 ) -> LoadedModel:
-    """`agents.models.load_model` with its one-line error as a UsageError, suggesting close
+    """`models.registry.load_model` with its one-line error as a UsageError, suggesting close
     registered names (and `also_valid`: an entry point's scripted agents)."""
     try:
         if dtype == BFLOAT16_PRODUCTS:

@@ -20,7 +20,6 @@ from creditgym import credit, envs
 from creditgym.benchmarks import common
 from creditgym.benchmarks.cli import UsageError, exit_on_usage_error, parse_arguments, prog_of
 from creditgym.credit.base import NonFiniteError
-from creditgym.credit.scoring import ScoreMemo
 from creditgym.measure.key_steps import (
     EvaluateArgs,
     QualityRow,
@@ -29,6 +28,7 @@ from creditgym.measure.key_steps import (
     credit_quality,
 )
 from creditgym.measure.prefetch import prefetch_modules
+from creditgym.models.scoring import ScoreMemo
 from creditgym.report.tables import markdown_table
 
 

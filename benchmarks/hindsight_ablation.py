@@ -23,7 +23,7 @@ every variant scores the SAME trajectories:
 
 Cost: one teacher-forced pass per distinct view. The variants that only post-process
 scores (temperature, clip, gamma, do-no-harm, normalisations) reuse their base views
-through a `credit.scoring.ScoreMemo`; the block variants of one step are scored together
+through a `models.scoring.ScoreMemo`; the block variants of one step are scored together
 with their common prompt prefix run once (`measure.prefetch`).
 
 Writes `results/hindsight_ablation/<name>.csv` and `.md` (with the command). Usage errors:
@@ -47,13 +47,11 @@ from typing import Any
 import numpy as np
 
 from creditgym import credit, envs
-from creditgym.agents.models import LoadedModel
 from creditgym.agents.trajectory import Trajectory
 from creditgym.benchmarks import common, lock
 from creditgym.benchmarks.cli import UsageError, exit_on_usage_error, lookup
 from creditgym.credit.base import CreditContext, CreditModule, build
 from creditgym.credit.options import parse_options
-from creditgym.credit.scoring import ScoreMemo
 from creditgym.measure.ablation import auroc_row, truth_row
 from creditgym.measure.bootstrap import CONFIDENCE
 from creditgym.measure.key_steps import EvaluateArgs, collect
@@ -68,6 +66,8 @@ from creditgym.measure.pools import (
 from creditgym.measure.prefetch import prefetch_modules
 from creditgym.measure.truth_metrics import TruthSet
 from creditgym.measure.variants import POSITION, VARIANTS, VARIANTS_BY_NAME, Variant
+from creditgym.models.registry import LoadedModel
+from creditgym.models.scoring import ScoreMemo
 from creditgym.report.tables import markdown_table
 
 

@@ -43,17 +43,17 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 
-from creditgym.agents.generation_cache import DEFAULT_GENERATION_CACHE_BYTES
 from creditgym.agents.trajectory import DEFAULT_REWARD_CHANNEL, Trajectory
 from creditgym.credit.options import NoOptions
-from creditgym.credit.scoring import DEFAULT_MEMORY_BUDGET_BYTES, ScoreMemo
+from creditgym.models.generation_cache import DEFAULT_GENERATION_CACHE_BYTES
+from creditgym.models.scoring import DEFAULT_MEMORY_BUDGET_BYTES, ScoreMemo
 
 if TYPE_CHECKING:
-    from creditgym.agents.generation_cache import GenerationCache
     from creditgym.agents.llm import SamplingConfig
-    from creditgym.agents.models import LoadedModel
     from creditgym.credit.policy_evaluation import TableSource
     from creditgym.envs.mdp import FiniteMDP
+    from creditgym.models.generation_cache import GenerationCache
+    from creditgym.models.registry import LoadedModel
 
     ExactSources = Callable[["CreditContext", str], tuple[Callable[[str], FiniteMDP], TableSource]]
 
@@ -189,15 +189,15 @@ class CreditContext:
         history_len: (observation, action) pairs in the rollout prompt; rebuilt prompts
             must use the same K to match what the policy saw.
         generation_cache_bytes: budget of the module's `generation_cache`
-            (`agents.generation_cache`); 0 when no trainer will fill it.
-        memory_budget_bytes: chunk budget of the scoring engine (`credit.scoring`).
+            (`models.generation_cache`); 0 when no trainer will fill it.
+        memory_budget_bytes: chunk budget of the scoring engine (`models.scoring`).
         convention: whose way of computing the module's statistics to follow (one of
             the module's `conventions`: `credit.grpo.CONVENTIONS`).
         options: the module's options (an instance of its `Options`), parsed once at the
             command line (`credit.options.parse_options`); None: every option at its
             default.
         score_memo: scores kept across calls for one set of weights
-            (`credit.scoring.ScoreMemo`), shared by every module built with this context,
+            (`models.scoring.ScoreMemo`), shared by every module built with this context,
             so a view scored once serves them all; None: every call scores afresh (what a
             trainer needs, whose weights change every update).
         env_id, env_kwargs: the registered env the trajectories come from and its

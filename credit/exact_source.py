@@ -40,7 +40,6 @@ from typing import Any, ClassVar
 import numpy as np
 
 from creditgym.agents.constrained import action_token_sequences
-from creditgym.agents.models import LoadedModel
 from creditgym.agents.trajectory import Trajectory
 from creditgym.credit.base import CreditContext, exact_sources_of, options_of, verdict
 from creditgym.credit.exact_hindsight import (
@@ -57,6 +56,7 @@ from creditgym.credit.hp_rlvr import HPRLVR, HPRLVROptions
 from creditgym.credit.options import doc
 from creditgym.credit.policy_evaluation import TableSource, task_truths
 from creditgym.envs.mdp import FiniteMDP
+from creditgym.models.registry import LoadedModel
 
 # Besides a method's own reads: each step's exact state (its info) and the MDP, and the
 # rewards of the steps before it on the run's channel (the return so far, r_<t, on which

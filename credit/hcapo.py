@@ -60,8 +60,8 @@ from creditgym.credit.gigpo import discounted_returns
 from creditgym.credit.grpo import ZERO_STD_TOL, group_members, group_normalised
 from creditgym.credit.hindsight import BlockOptions, HindsightBlock, HindsightScorer
 from creditgym.credit.options import doc, doc_of
-from creditgym.credit.scoring import score_logprobs
 from creditgym.credit.views import action_span_mask, causal_view
+from creditgym.models.scoring import score_logprobs
 
 Variant = Literal["paper", "seed"]
 MicroNormalisation = Literal["group", "time_step"]
@@ -403,7 +403,7 @@ class HCAPO(HindsightScorer):
     ) -> tuple[list[np.ndarray], list[np.ndarray]]:
         """Per-token log-probs ([A_t] each) of every step's hindsight view and, if
         `causal`, its causal view (else []), in the order of `steps`: the policy's
-        teacher-forced pass (`credit.scoring`). The exact source (`credit.exact_source`)
+        teacher-forced pass (`models.scoring`). The exact source (`credit.exact_source`)
         reads them off the finite MDP instead."""
         tokenizer = self.model.tokenizer
         views = [self.hindsight_view_of(traj, t) for traj, t in steps]

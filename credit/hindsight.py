@@ -45,14 +45,14 @@ from typing import Any, Literal, TypeVar, get_args
 
 from transformers import PreTrainedTokenizerBase
 
-from creditgym.agents.generation_cache import DEFAULT_GENERATION_CACHE_BYTES, GenerationCache
-from creditgym.agents.models import LoadedModel
 from creditgym.agents.prompts import HINDSIGHT_POSITIONS
 from creditgym.agents.trajectory import Trajectory
 from creditgym.credit.base import CreditContext, CreditModuleBase, options_of, verdict
 from creditgym.credit.options import check_choices, doc
-from creditgym.credit.scoring import DEFAULT_MEMORY_BUDGET_BYTES, ScoreMemo
-from creditgym.credit.views import TeacherForced, hindsight_view
+from creditgym.credit.views import hindsight_view
+from creditgym.models.generation_cache import DEFAULT_GENERATION_CACHE_BYTES, GenerationCache
+from creditgym.models.registry import LoadedModel
+from creditgym.models.scoring import DEFAULT_MEMORY_BUDGET_BYTES, ScoreMemo, TeacherForced
 
 HindsightContent = Literal["outcome", "feedback", "final_action", "final", "future"]
 CONTENTS: tuple[str, ...] = get_args(HindsightContent)
@@ -201,12 +201,12 @@ class HindsightScorer(CreditModuleBase):
         model: the policy that generated the trajectories (`LoadedModel`).
         options: the module's `Options` (a `BlockOptions`); None: the class's defaults.
         history_len: steps of history in rebuilt prompts (2, as the rollout prompts).
-        memory_budget_bytes: scoring chunk budget (`credit.scoring`).
-        generation_cache_bytes: budget of `generation_cache` (`agents.generation_cache`),
+        memory_budget_bytes: scoring chunk budget (`models.scoring`).
+        generation_cache_bytes: budget of `generation_cache` (`models.generation_cache`),
             which a trainer hands to its rollout agent: prompts' keys and values and
             responses' hidden states kept from generation, so scoring runs only what
             generation did not; 0 disables it (scoring recomputes everything).
-        score_memo: scores kept across calls (`credit.scoring.ScoreMemo`), shared by
+        score_memo: scores kept across calls (`models.scoring.ScoreMemo`), shared by
             modules that score the same views with the same weights (an ablation over
             options that only post-process the scores); None keeps nothing.
     """
@@ -253,7 +253,7 @@ class HindsightScorer(CreditModuleBase):
 
     def score(self, scorer: Callable[..., Scores], *views: Sequence[Any]) -> Scores:
         """`scorer(model, *views, memory budget, generation cache, memo)`, a function of
-        `credit.scoring`; the generation cache is cleared after, whether or not scoring
+        `models.scoring`; the generation cache is cleared after, whether or not scoring
         succeeded (this batch's prompts are used up: free them before the update)."""
         try:
             return scorer(

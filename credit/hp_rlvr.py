@@ -66,8 +66,8 @@ from creditgym.credit.hindsight import (
     WordingName,
 )
 from creditgym.credit.options import doc, doc_of
-from creditgym.credit.scoring import score_divergence
 from creditgym.credit.views import action_ids_of, action_span_mask, causal_view
+from creditgym.models.scoring import score_divergence
 
 # Below this mean divergence the two views are treated as identical (float32 noise).
 MIN_MEAN_DIVERGENCE = 1e-12
@@ -179,7 +179,7 @@ def token_credit(
 
     Args:
         divergences: per step t, the normalised JSD d_j of each action token, [A_t] each,
-            values in [0, 1] (`credit.scoring.score_divergence`).
+            values in [0, 1] (`models.scoring.score_divergence`).
         episode_return: R, the trajectory's total return.
         baseline: b, the historical baseline of its task.
         normalise, max_weight: how d becomes w (`divergence_weights`).

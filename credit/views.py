@@ -1,4 +1,4 @@
-"""Prompt views: the token sequences the scoring engine (`credit.scoring`) teacher-forces.
+"""Prompt views: the token sequences the scoring engine (`models.scoring`) teacher-forces.
 
 HCAPO (arXiv 2603.08754) and HP-RLVR (Chen et al. 2026) re-score each step's action
 tokens under two contexts. A view is one of them, as token ids:
@@ -25,7 +25,6 @@ needs only the tokenizer; no model runs here.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 from transformers import PreTrainedTokenizerBase
@@ -33,28 +32,7 @@ from transformers import PreTrainedTokenizerBase
 from creditgym.agents.parsing import ACTION_CLOSE, ACTION_OPEN
 from creditgym.agents.prompts import messages_for_step
 from creditgym.agents.trajectory import Trajectory
-
-
-@dataclass(frozen=True)
-class TeacherForced:
-    """One sequence to score: context tokens, then the action tokens whose log-probs we want.
-
-    Attributes:
-        context_ids: prompt token ids, shape [P], P >= 1 (the first action token needs a
-            predecessor).
-        action_ids: action token ids, shape [A] (A = 0 is allowed and scores nothing).
-    """
-
-    context_ids: tuple[int, ...]
-    action_ids: tuple[int, ...]
-
-    def __post_init__(self) -> None:
-        if not self.context_ids and self.action_ids:
-            raise ValueError("a scored sequence needs at least one context token")
-
-    @property
-    def length(self) -> int:
-        return len(self.context_ids) + len(self.action_ids)
+from creditgym.models.scoring import TeacherForced
 
 
 def render_prompt_ids(

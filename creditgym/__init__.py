@@ -1,10 +1,10 @@
 """creditgym: one namespace for the project's folders.
 
-Installed, `creditgym.envs`, `creditgym.agents`, `creditgym.credit`, `creditgym.measure`,
-`creditgym.trainers`, `creditgym.report`, `creditgym.benchmarks` and `creditgym.integrations`
-are the repository's top-level folders (pyproject.toml maps each with `package-dir`), so
-nothing installs a generic top-level name such as `agents` (which the OpenAI Agents SDK
-also installs) or `envs`.
+Installed, `creditgym.envs`, `creditgym.models`, `creditgym.agents`, `creditgym.credit`,
+`creditgym.measure`, `creditgym.trainers`, `creditgym.report`, `creditgym.benchmarks` and
+`creditgym.integrations` are the repository's top-level folders (pyproject.toml maps each
+with `package-dir`), so nothing installs a generic top-level name such as `agents` (which
+the OpenAI Agents SDK also installs) or `envs`.
 
 Run from a checkout without installing (`python -m benchmarks.run ...` at the repository
 root), this package's search path is extended to the repository root, so the same
@@ -20,6 +20,7 @@ import os
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FOLDERS = (
     "envs",
+    "models",
     "agents",
     "credit",
     "measure",

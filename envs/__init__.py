@@ -36,7 +36,7 @@ from creditgym.envs.sysdiag.options import SysDiagOptions
 from creditgym.envs.umbrella.options import UmbrellaOptions
 
 # Seeded random-agent episodes each env gives `small`'s tokenizer corpus (EnvInfo's
-# `tokenizer_episodes`; the committed agents/small_tokenizer_v1.json was trained on
+# `tokenizer_episodes`; the committed models/small_tokenizer_v1.json was trained on
 # them): enough to see every KeyDoor / Umbrella state kind and SysDiag's outputs, while
 # CodeExec (a few seconds per episode) contributes its phrasing, not its breadth.
 TOKENIZER_EPISODES = 8

@@ -105,7 +105,7 @@ class EnvInfo:
             finite MDP whose ground truth is computed exactly (measure/ground_truth.py),
             and its `info` reports the true state (`mdp_state`, `mdp_next_state`).
         tokenizer_episodes: seeded random-agent episodes that the corpus of `small`'s
-            tokenizer takes from this env (agents/local_tokenizer.py); 0 (the default):
+            tokenizer takes from this env (agents/tokenizer_corpus.py); 0 (the default):
             none, so registering an env never changes that committed tokenizer (its text
             still encodes, in more tokens). Changing it means rebuilding the tokenizer.
         task_families: the named task families a run can restrict itself to (`--faults`),

@@ -26,7 +26,7 @@ of the rollout batch (as verl-agent carries `anchor_obs`):
 Views are laid out as verl lays out a generation batch: prompts left-padded, responses
 right-padded, `input_ids` = [prompt | response], `position_ids` counting real tokens from
 0, `response_mask` 1 on the turn's tokens, and `meta_info["temperature"] = 1.0` because
-creditgym scores the raw softmax (`credit.scoring`), not the sampling distribution.
+creditgym scores the raw softmax (`models.scoring`), not the sampling distribution.
 
 `creditgym_hcapo` (`HCAPOEstimator`) reads `batch["hindsight_log_probs"]` ([bs, L], the
 hindsight log-prob of every response token at its turn's positions) and, for the seed
@@ -39,7 +39,7 @@ HP-RLVR's divergences need both views' full next-token distributions, which verl
 has that pass too: `view_divergences` (`divergence_output` for a worker method's reply)
 runs the policy on the turns as it saw them (`causal_batch`) and on their hindsight views
 (`hindsight_batch(..., HP_RLVR_BLOCK)`) and reduces each response token's two
-distributions with `credit.scoring.jensen_shannon`, as `credit.hp_rlvr.HPRLVR` does:
+distributions with `models.scoring.jensen_shannon`, as `credit.hp_rlvr.HPRLVR` does:
 
     views = hindsight_batch(batch, tokenizer, HP_RLVR_BLOCK)
     causal = causal_batch(batch, tokenizer.pad_token_id)
@@ -78,14 +78,13 @@ from creditgym.credit.hcapo import (
 )
 from creditgym.credit.hindsight import HindsightBlock
 from creditgym.credit.hp_rlvr import HP_RLVR_BLOCK as HP_RLVR_BLOCK
-from creditgym.credit.scoring import jensen_shannon
-from creditgym.credit.views import TeacherForced
 from creditgym.integrations.verl_credit import (
     Turn,
     place_by_turn,
     trajectories_from_batch,
     turns_of,
 )
+from creditgym.models.scoring import TeacherForced, jensen_shannon
 
 TEXT_FIELDS = ("env_id", "task", "feedback", "success")
 TURN_TEXT_FIELDS = ("turn_observations", "turn_actions", "turn_admissible_commands")
@@ -323,8 +322,8 @@ def view_divergences(
 
     Chen et al. 2026, "Hindsight-Privileged RLVR" (`credit.hp_rlvr`): d_j =
     JS(p_causal_j || p_hind_j) / ln 2, the divergence of the policy's next-token
-    distributions (raw softmax, temperature 1, as `credit.scoring`) under the turn's
-    causal prompt and under its hindsight prompt, reduced with `credit.scoring.
+    distributions (raw softmax, temperature 1, as `models.scoring`) under the turn's
+    causal prompt and under its hindsight prompt, reduced with `models.scoring.
     jensen_shannon`, the function `credit.hp_rlvr.HPRLVR` uses. This is the pass verl's
     `compute_log_prob` cannot stand in for: it returns the sampled token's log-prob only.
 

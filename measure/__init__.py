@@ -13,7 +13,7 @@ is read by the entry points, so `credit/` holds only what computes credit.
 - `pools`: trajectory pools of a policy on tasks whose truth is known, and module
   credits over their batches as a trainer would compute them;
 - `prefetch`: every view a set of modules will score, scored once into a score memo (the
-  memo, `credit.scoring.ScoreMemo`, stays with the engine that consults it);
+  memo, `models.scoring.ScoreMemo`, stays with the engine that consults it);
 - `variants`: the hindsight ablation's variants as data; `ablation`: a variant's figures
   with paired bootstrap intervals;
 - `decomposition`: a hindsight method's error split into formula and model (exact

@@ -21,14 +21,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from creditgym.agents.models import LoadedModel
 from creditgym.agents.trajectory import REWARD_CHANNELS, Trajectory
 from creditgym.credit.base import build
 from creditgym.credit.exact_source import HCAPOExact
 from creditgym.credit.hcapo import HCAPO
 from creditgym.credit.policy_evaluation import evaluate_policy, true_advantages
-from creditgym.credit.scoring import score_logprobs
-from creditgym.credit.views import TeacherForced
 from creditgym.measure.bootstrap import block_bootstrap_se
 from creditgym.measure.ground_truth import MDP_CHANNELS, TaskMDPs, trie_action_logprobs
 from creditgym.measure.pools import PreparedPool
@@ -41,6 +38,8 @@ from creditgym.measure.truth_metrics import (
     sign_agreement,
     step_agreement,
 )
+from creditgym.models.registry import LoadedModel
+from creditgym.models.scoring import TeacherForced, score_logprobs
 
 # Below this |log(h_exact / pi)| the outcome says nothing about the action (a forced step,
 # or an action with no effect on the verdict): no sign for the model's ratio to agree with.

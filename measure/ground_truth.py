@@ -11,8 +11,8 @@ The LLM policy's table is computed exactly by `llm_policy_table`: the probabilit
 rollout with constrained decoding samples a command is the product of its per-token
 probabilities, each renormalised over the admissible continuations at that token (the
 trie of `agents.constrained`) at the rollout's temperature and top-p -- the same
-`agents.logprobs.sampling_logprobs` the sampler calls, applied to the token log-probs the
-teacher-forced scoring engine (`credit.scoring`) computes for every edge of the trie.
+`models.logprobs.sampling_logprobs` the sampler calls, applied to the token log-probs the
+teacher-forced scoring engine (`models.scoring`) computes for every edge of the trie.
 
 The exact-MDP credit modules (`oracle`, `hca`, `credit.exact_source`) read these sources
 through `CreditContext.exact_sources`, which an entry point sets to `exact_sources`.
@@ -32,12 +32,12 @@ import torch
 from creditgym.agents.base import AgentInput
 from creditgym.agents.constrained import action_token_sequences
 from creditgym.agents.llm import LLMAgent, encode_prompt
-from creditgym.agents.logprobs import sampling_logprobs
 from creditgym.agents.parsing import parse_action
 from creditgym.credit.base import CreditContext
 from creditgym.credit.policy_evaluation import PolicyTable, TableSource, reachable_states
-from creditgym.credit.scoring import DEFAULT_MEMORY_BUDGET_BYTES, ScoreMemo, score_alternatives
 from creditgym.envs.mdp import FiniteMDP, StateView, Transition
+from creditgym.models.logprobs import sampling_logprobs
+from creditgym.models.scoring import DEFAULT_MEMORY_BUDGET_BYTES, ScoreMemo, score_alternatives
 
 
 def uniform_policy(mdp: FiniteMDP, states: Sequence[str]) -> dict[str, dict[str, float]]:
@@ -126,7 +126,7 @@ def llm_policy_table(
 
     One teacher-forced view per (state, command) -- the state's prompt followed by the
     command's constrained token sequence `<action>command</action>` + EOS -- scored in
-    one batched, chunked call of `credit.scoring.score_logprobs`; states whose prompts
+    one batched, chunked call of `models.scoring.score_logprobs`; states whose prompts
     are identical are scored once. Each sequence's probability is then renormalised along
     the trie (`trie_action_logprobs`) and mapped to the action the rollout would pass to
     the env (`agents.parsing.parse_action` of the decoded response, as `LLMStream` does).
@@ -136,8 +136,8 @@ def llm_policy_table(
         env_id: the registered env id the rollout reports (selects the prompt intro).
         mdp: the task's finite MDP.
         states: states to cover (default: every reachable state).
-        memory_budget_bytes: scoring chunk budget (`credit.scoring`).
-        memo: scores kept for these weights (`credit.scoring.ScoreMemo`): views scored
+        memory_budget_bytes: scoring chunk budget (`models.scoring`).
+        memo: scores kept for these weights (`models.scoring.ScoreMemo`): views scored
             before are read from it; None scores afresh (weights that change).
     Returns:
         state -> command -> pi(command | state).

@@ -35,11 +35,11 @@ import numpy as np
 from creditgym import envs
 from creditgym.agents.base import ExpertAgent, NoisyExpertAgent, RandomAgent
 from creditgym.agents.episode import play_episode
-from creditgym.agents.models import LoadedModel
 from creditgym.agents.trajectory import Trajectory
 from creditgym.credit import resolve
 from creditgym.credit.base import CreditContext, CreditModule, CreditOutput, build
-from creditgym.credit.scoring import ScoreMemo
+from creditgym.models.registry import LoadedModel
+from creditgym.models.scoring import ScoreMemo
 
 
 @dataclass(frozen=True)

@@ -37,13 +37,11 @@ import numpy as np
 from creditgym import credit, envs
 from creditgym.agents.episode import play_episode
 from creditgym.agents.llm import LLMAgent
-from creditgym.agents.models import LoadedModel
 from creditgym.agents.rollout import collect
 from creditgym.agents.tabular import TableAgent
 from creditgym.agents.trajectory import Trajectory
 from creditgym.credit.base import CreditContext, CreditModule, build
 from creditgym.credit.policy_evaluation import GroundTruth, evaluate_policy, reachable_states
-from creditgym.credit.scoring import ScoreMemo
 from creditgym.measure.ground_truth import exact_sources, llm_policy_table, uniform_policy
 from creditgym.measure.truth_metrics import (
     TruthSet,
@@ -51,6 +49,8 @@ from creditgym.measure.truth_metrics import (
     gradient_stats,
     step_agreement,
 )
+from creditgym.models.registry import LoadedModel
+from creditgym.models.scoring import ScoreMemo
 
 # Task seeds (for drawing the tasks) and rollout seeds are far apart, so no rollout
 # replays the draw that chose a task.

@@ -4,8 +4,8 @@ An evaluation scores many modules (or many options of one) on one fixed pool of
 trajectories with weights that never change, so each distinct teacher-forced view is
 worth scoring once: `prefetch_modules` collects every step's causal view and each
 hindsight module's view of it and hands them to the scoring engine's `prefetch`
-(`credit.scoring`: the prompt prefix a step's views share runs once), which fills a
-`credit.scoring.ScoreMemo`; modules built with that memo (`CreditContext.score_memo`)
+(`models.scoring`: the prompt prefix a step's views share runs once), which fills a
+`models.scoring.ScoreMemo`; modules built with that memo (`CreditContext.score_memo`)
 then compute from memo hits alone.
 """
 
@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from creditgym.agents.models import LoadedModel
 from creditgym.agents.trajectory import Trajectory
-from creditgym.credit.scoring import DEFAULT_MEMORY_BUDGET_BYTES, ScoreMemo, prefetch
 from creditgym.credit.views import causal_view
+from creditgym.models.registry import LoadedModel
+from creditgym.models.scoring import DEFAULT_MEMORY_BUDGET_BYTES, ScoreMemo, prefetch
 
 
 def prefetch_modules(

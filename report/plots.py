@@ -35,7 +35,7 @@ ZERO_GRAD_METRIC = "charts/grad_norm_is_zero"
 # HP-RLVR's single-rollout method brings with it (it gets G times the tasks instead).
 LINE_FIELDS = ("credit", "group_size")
 # Scoring models with random weights: their hindsight credit shows the pipeline working,
-# not a judgement (agents/models.py builds `tiny` from a seed, untrained).
+# not a judgement (models/registry.py builds `tiny` from a seed, untrained).
 RANDOM_WEIGHT_MODELS = frozenset({"tiny"})
 PANELS_PER_ROW = 3
 DPI = 120

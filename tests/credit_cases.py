@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from creditgym.agents.models import LoadedModel
 from creditgym.agents.prompts import messages_for_step
 from creditgym.agents.trajectory import Step, Trajectory
 from creditgym.credit import REGISTRY
 from creditgym.credit.views import render_prompt_ids
+from creditgym.models.registry import LoadedModel
 
 ENV_ID = "creditgym/SysDiag-v0"
 # Registered modules these SysDiag cases can exercise: those reading a finite-MDP env's

@@ -7,8 +7,8 @@ import pytest
 import torch
 from transformers.modeling_layers import GradientCheckpointingLayer
 
-from creditgym.agents.models import build_tiny
-from creditgym.agents.precision import use_bfloat16_matmuls
+from creditgym.models.precision import use_bfloat16_matmuls
+from creditgym.models.registry import build_tiny
 from creditgym.trainers.activation_checkpointing import (
     RECOMPUTE_ABOVE_BYTES,
     ActivationCost,

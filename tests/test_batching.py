@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from creditgym.agents.batching import MIN_SHARED_PREFIX, ContinuousBatch
 from creditgym.agents.llm import _row_generator
-from creditgym.agents.models import build_tiny
+from creditgym.models.batching import MIN_SHARED_PREFIX, ContinuousBatch
+from creditgym.models.registry import build_tiny
 
 MAX_NEW = 24
 

@@ -13,7 +13,6 @@ import pytest
 import torch
 
 import creditgym.trainers.policy_gradient as policy_gradient
-from creditgym.agents.models import build_tiny
 from creditgym.agents.trajectory import Trajectory
 from creditgym.benchmarks.run import main
 from creditgym.credit import REGISTRY, CreditContext, CreditModule, NonFiniteError, build, resolve
@@ -25,6 +24,7 @@ from creditgym.credit.base import (
     check_finite_rewards,
 )
 from creditgym.credit.options import NoOptions
+from creditgym.models.registry import build_tiny
 from creditgym.trainers.checkpoint import latest_checkpoint, load_checkpoint
 from creditgym.trainers.policy_gradient import (
     AgentConfig,

@@ -7,13 +7,19 @@ import numpy as np
 import pytest
 import torch
 
-from creditgym.agents.models import build_tiny
 from creditgym.credit.base import CreditContext, build
 from creditgym.credit.hcapo import HCAPO, HCAPOOptions, HCAPOSeed, self_normalised_ratio
 from creditgym.credit.hp_rlvr import HPRLVR, HPRLVROptions, divergence_weights, future_hindsight
-from creditgym.credit.scoring import ScoreMemo, jensen_shannon, score_divergence, score_logprobs
-from creditgym.credit.views import TeacherForced, causal_view
+from creditgym.credit.views import causal_view
 from creditgym.measure.prefetch import prefetch_modules
+from creditgym.models.registry import build_tiny
+from creditgym.models.scoring import (
+    ScoreMemo,
+    TeacherForced,
+    jensen_shannon,
+    score_divergence,
+    score_logprobs,
+)
 from creditgym.trainers.core import peft_quietly
 from tests.credit_cases import scripted_trajectory, tokenised
 

@@ -22,7 +22,6 @@ import torch
 
 from creditgym import envs
 from creditgym.agents.llm import LLMAgent
-from creditgym.agents.models import LoadedModel, build_small
 from creditgym.agents.rollout import collect
 from creditgym.benchmarks.credit_truth import main as credit_truth_main
 from creditgym.benchmarks.run import main
@@ -33,6 +32,7 @@ from creditgym.credit.hcapo import return_to_go_values
 from creditgym.credit.oracle import Oracle
 from creditgym.credit.policy_evaluation import evaluate_policy, true_advantages
 from creditgym.measure.ground_truth import TaskMDPs, exact_sources, llm_policy_table
+from creditgym.models.registry import LoadedModel, build_small
 from creditgym.report import records
 from creditgym.trainers.policy_gradient import (
     AgentConfig,

@@ -25,7 +25,6 @@ import pytest
 import torch
 
 from creditgym.agents.llm import LLMAgent
-from creditgym.agents.models import LoadedModel, build_small
 from creditgym.agents.rollout import collect
 from creditgym.agents.trajectory import Trajectory
 from creditgym.credit import REGISTRY, CreditContext, build
@@ -35,6 +34,7 @@ from creditgym.envs.keydoor.env import KeyDoorEnv
 from creditgym.envs.umbrella.dynamics import LEAVE, TAKE, WALK_COMMANDS
 from creditgym.envs.umbrella.env import UmbrellaEnv
 from creditgym.measure.ground_truth import exact_sources
+from creditgym.models.registry import LoadedModel, build_small
 from creditgym.trainers.policy_gradient import AgentConfig
 from tests.test_credit_reads import PoisonedTrajectory, credit_on, outputs_equal
 from tests.test_feedback_leak import play

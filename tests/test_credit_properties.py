@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from creditgym.agents.models import build_tiny
 from creditgym.agents.trajectory import TokenBatch, Trajectory
 from creditgym.credit import REGISTRY, CreditContext, build, resolve
+from creditgym.models.registry import build_tiny
 from tests.credit_cases import CASE_MODULES, scripted_trajectory, tokenised
 
 

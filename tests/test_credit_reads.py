@@ -20,7 +20,6 @@ import torch
 from creditgym.agents.base import ExpertAgent, RandomAgent
 from creditgym.agents.episode import play_episode
 from creditgym.agents.llm import SamplingConfig
-from creditgym.agents.models import build_tiny
 from creditgym.agents.trajectory import Step, Trajectory
 from creditgym.credit import REGISTRY, CreditContext, build
 from creditgym.credit.base import (
@@ -34,6 +33,7 @@ from creditgym.credit.base import (
 from creditgym.credit.gigpo import GiGPO
 from creditgym.credit.grpo import GRPO
 from creditgym.measure.ground_truth import exact_sources
+from creditgym.models.registry import build_tiny
 from tests.credit_cases import tokenised
 
 

@@ -17,7 +17,6 @@ from creditgym import envs  # noqa: F401  (registers the creditgym ids)
 from creditgym.agents.base import AgentInput
 from creditgym.agents.episode import play_episode
 from creditgym.agents.llm import LLMAgent
-from creditgym.agents.models import build_tiny
 from creditgym.benchmarks.credit_truth import main as credit_truth_main
 from creditgym.credit.base import CreditContext
 from creditgym.credit.policy_evaluation import evaluate_policy, reachable_states
@@ -46,6 +45,7 @@ from creditgym.measure.truth_metrics import (
     small_credit_count,
     spearman,
 )
+from creditgym.models.registry import build_tiny
 from tests.credit_cases import scripted_trajectory
 
 CHAIN_ENV_ID = "tests/Chain-v0"

@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from creditgym.agents.models import build_small
 from creditgym.credit.grpo import GRPO
+from creditgym.models.registry import build_small
 from creditgym.trainers.curve import CURVE_FILE, CurveLog, CurveSettings
 from creditgym.trainers.policy_gradient import (
     AgentConfig,

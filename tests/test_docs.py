@@ -19,10 +19,10 @@ from creditgym import cli
 from tests.doc_recipes import REPO, docs_section, documented_file
 
 PAGES = ("docs/overview.md", "docs/extending.md")
-FOLDERS = "envs|agents|credit|measure|trainers|report|benchmarks|integrations"
+FOLDERS = "envs|models|agents|credit|measure|trainers|report|benchmarks|integrations"
 # A repository path as the pages write it: a top folder of the repository, then a file.
 PATH = re.compile(
-    r"(?<![\w/.<])(?:envs|agents|credit|measure|trainers|report|benchmarks|integrations"
+    r"(?<![\w/.<])(?:envs|models|agents|credit|measure|trainers|report|benchmarks|integrations"
     r"|creditgym|tests|docs|results|locks|tools)/[\w./<>-]*\.(?:py|md|toml|sh|json)\b"
 )
 # A name of ours in backticks: `credit.base.CreditModule`, `creditgym.envs.registry`.

@@ -21,7 +21,6 @@ import torch
 from creditgym import envs  # noqa: F401  (registers the creditgym envs)
 from creditgym.agents.constrained import action_token_sequences
 from creditgym.agents.llm import LLMAgent
-from creditgym.agents.models import build_small
 from creditgym.agents.rollout import collect
 from creditgym.agents.trajectory import Step, Trajectory
 from creditgym.credit.exact_hindsight import (
@@ -37,6 +36,7 @@ from creditgym.credit.exact_source import EXACT_OPTIONS, HPRLVRExactOptions
 from creditgym.credit.policy_evaluation import evaluate_policy, reachable_states
 from creditgym.envs.mdp import StateView, Transition
 from creditgym.measure.ground_truth import TaskMDPs, llm_table_source
+from creditgym.models.registry import build_small
 
 KEYDOOR = "creditgym/KeyDoor-v0"
 UMBRELLA = "creditgym/Umbrella-v0"

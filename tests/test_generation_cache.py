@@ -8,21 +8,22 @@ import pytest
 import torch
 from torch import nn
 
-from creditgym.agents import generation_cache
-from creditgym.agents.generation_cache import BLOCK_TOKENS, GenerationCache
 from creditgym.agents.llm import LLMAgent
-from creditgym.agents.models import build_tiny
 from creditgym.agents.rollout import collect
 from creditgym.credit.hcapo import outcome_hindsight
 from creditgym.credit.hp_rlvr import HPRLVR, future_hindsight
-from creditgym.credit.scoring import (
+from creditgym.credit.views import causal_view, hindsight_view
+from creditgym.models import generation_cache
+from creditgym.models.generation_cache import BLOCK_TOKENS, GenerationCache
+from creditgym.models.registry import build_tiny
+from creditgym.models.scoring import (
     ScoreMemo,
+    TeacherForced,
     score_alternatives,
     score_divergence,
     score_logprobs,
     shared_context_cache,
 )
-from creditgym.credit.views import TeacherForced, causal_view, hindsight_view
 from creditgym.trainers.policy_gradient import (
     AgentConfig,
     PolicyGradientConfig,

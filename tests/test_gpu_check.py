@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 
-from creditgym.agents import models
 from creditgym.benchmarks import gpu_wheels
 from creditgym.benchmarks.dependency_locks import pins
 from creditgym.benchmarks.gpu_check import phase_split
 from creditgym.benchmarks.gpu_wheels import check_requirements, closure, pack, unpack_bundle
+from creditgym.models import registry
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -33,7 +33,7 @@ def test_the_check_installs_the_locked_versions_except_torch_and_what_the_gpu_ma
     assert dict(spec.split("==") for spec in requirements) == {name: locked[name] for name in names}
     assert {"transformers", "peft", "tokenizers", "gymnasium", "tyro", "gguf"} <= names
     assert not names & {"torch", "alfworld", "textworld", "fast-downward-textworld", "ray"}
-    assert gpu_wheels.SMOLLM2_PACKAGE == models.SMOLLM2_PACKAGE
+    assert gpu_wheels.SMOLLM2_PACKAGE == registry.SMOLLM2_PACKAGE
 
 
 def test_closure_follows_the_target_markers_and_never_enters_torch():

@@ -18,7 +18,6 @@ from datasets import Dataset
 from trl import GRPOConfig, GRPOTrainer
 from trl.chat_template_utils import qwen2_5_chat_template
 
-from creditgym.agents.models import build_tiny
 from creditgym.benchmarks import trl_grpo
 from creditgym.benchmarks.cli import USAGE_EXIT_CODE
 from creditgym.credit.rule_based import RuleBased
@@ -30,6 +29,7 @@ from creditgym.integrations.trl_env import (
     episode_success,
     tool_calling_tokenizer,
 )
+from creditgym.models.registry import build_tiny
 
 SYSDIAG = "creditgym/SysDiag-v0"
 # Seed 4 is a disk out of inodes; these are the scripted expert's commands for it

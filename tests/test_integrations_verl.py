@@ -26,7 +26,6 @@ import verl
 from verl import DataProto
 from verl.trainer.ppo.core_algos import get_adv_estimator_fn
 
-from creditgym.agents.models import build_tiny
 from creditgym.agents.trajectory import Step, Trajectory
 from creditgym.credit.gigpo import GiGPO
 from creditgym.credit.grpo import GRPO
@@ -39,6 +38,7 @@ from creditgym.integrations.verl_credit import (
     trajectories_from_batch,
     turns_of,
 )
+from creditgym.models.registry import build_tiny
 
 TURN_TOKENS = 3  # policy tokens per turn
 REPLY_TOKENS = 2  # env-reply tokens after each turn but the last

@@ -25,7 +25,6 @@ from verl.trainer.ppo.core_algos import get_adv_estimator_fn, register_adv_est
 from verl.workers.utils.padding import left_right_2_no_padding, no_padding_2_padding
 
 from creditgym.agents.llm import LLMAgent
-from creditgym.agents.models import LoadedModel, build_small
 from creditgym.agents.rollout import collect
 from creditgym.agents.trajectory import Trajectory
 from creditgym.credit.hcapo import HCAPO, HCAPOOptions, HCAPOSeed, HCAPOSeedOptions
@@ -43,6 +42,7 @@ from creditgym.integrations.verl_hindsight import (
     pack_views,
     view_divergences,
 )
+from creditgym.models.registry import LoadedModel, build_small
 
 KEYDOOR = "creditgym/KeyDoor-v0"
 REPLY = (10, 11)  # two env-reply tokens after every turn but the last (mask 0)
@@ -224,7 +224,7 @@ def test_hp_rlvr_views_and_divergences_from_them_give_the_module_token_credit(ro
     causal = causal_views(small, trajectories, views)
     scored = divergence_output(small.model, causal, views, chunk_rows=5)
     attach_view_values(batch, views, scored.batch["hindsight_divergence"], "hindsight_divergence")
-    # Bound: both sides reduce float32 log-softmaxes with credit.scoring.jensen_shannon, the
+    # Bound: both sides reduce float32 log-softmaxes with models.scoring.jensen_shannon, the
     # module over right-padded rows without position ids, this pass over left-padded
     # prompts with them, so the logits differ by float32 rounding of other matrix shapes
     # (a few ulps of values of order 1 to 10). d_j of two nearly equal distributions

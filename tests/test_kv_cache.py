@@ -9,8 +9,8 @@ import torch
 from peft import LoraConfig, get_peft_model
 from transformers import DynamicCache
 
-from creditgym.agents import kv_cache
-from creditgym.agents.models import build_tiny
+from creditgym.models import kv_cache
+from creditgym.models.registry import build_tiny
 from creditgym.trainers.core import peft_quietly
 
 

@@ -30,10 +30,10 @@ import pytest
 import torch
 
 from creditgym.agents.llm import LLMAgent
-from creditgym.agents.models import LoadedModel, build_tiny
 from creditgym.agents.rollout import collect
 from creditgym.credit.grpo import GRPO
 from creditgym.credit.hp_rlvr import HPRLVR
+from creditgym.models.registry import LoadedModel, build_tiny
 from creditgym.trainers.policy_gradient import (
     AgentConfig,
     PolicyGradientConfig,

@@ -11,9 +11,9 @@ REPO = Path(__file__).resolve().parents[1]
 PROGRAM = """
 import logging
 from creditgym.benchmarks.cli import show_library_progress
-logging.getLogger("creditgym.agents.models").info("before: hidden")
+logging.getLogger("creditgym.models.registry").info("before: hidden")
 show_library_progress()
-logging.getLogger("creditgym.agents.models").info("fetching the model")
+logging.getLogger("creditgym.models.registry").info("fetching the model")
 logging.getLogger("creditgym.envs.alfworld.data").info("generating games")
 logging.getLogger("transformers.modeling_utils").info("another library's chatter")
 logging.getLogger("transformers.modeling_utils").warning("another library's warning")
@@ -25,7 +25,7 @@ def test_entry_points_show_creditgym_info_and_only_warnings_of_other_libraries()
         [sys.executable, "-c", PROGRAM], cwd=REPO, capture_output=True, text=True, check=True
     )
     assert result.stderr.splitlines() == [
-        "creditgym.agents.models: fetching the model",
+        "creditgym.models.registry: fetching the model",
         "creditgym.envs.alfworld.data: generating games",
         "transformers.modeling_utils: another library's warning",
     ]

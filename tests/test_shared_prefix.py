@@ -1,7 +1,7 @@
 """Shared prompt prefixes in teacher-forced re-scoring: the same log-probs and gradients.
 
 `action_logprobs(..., share_prefix=True)` runs a chunk's common prompt prefix once and
-lets every row attend to its keys and values (agents/kv_cache.py `shared_prefix_cache`).
+lets every row attend to its keys and values (models/kv_cache.py `shared_prefix_cache`).
 
 Tolerance: both passes compute the same float32 sums in a different order (the prefix's
 projections at batch 1 instead of once per row, its attention read from a concatenated
@@ -19,18 +19,14 @@ import pytest
 import torch
 
 import tests.rollout_envs  # noqa: F401  (registers Corridor-v0 in this process)
-from creditgym.agents import logprobs as logprobs_module
-from creditgym.agents.kv_cache import SharedPrefixLayer, shared_prefix_cache
+from creditgym.agents import action_logprobs as logprobs_module
+from creditgym.agents.action_logprobs import action_logprobs, shared_prefix_length
 from creditgym.agents.llm import LLMAgent
-from creditgym.agents.logprobs import (
-    MIN_SHARED_PREFIX,
-    action_logprobs,
-    length_groups,
-    shared_prefix_length,
-)
-from creditgym.agents.models import build_tiny
 from creditgym.agents.rollout import collect
 from creditgym.agents.trajectory import TokenBatch
+from creditgym.models.kv_cache import SharedPrefixLayer, shared_prefix_cache
+from creditgym.models.logprobs import MIN_SHARED_PREFIX, length_groups
+from creditgym.models.registry import build_tiny
 from creditgym.trainers.activation_checkpointing import recompute_activations
 from creditgym.trainers.core import LoraSettings, prepare_policy
 

@@ -19,12 +19,12 @@ import torch
 from peft import PeftModel
 
 from creditgym.agents.llm import SamplingConfig
-from creditgym.agents.models import build_tiny
 from creditgym.agents.trajectory import Step, Trajectory
 from creditgym.credit.base import CreditOutput
 from creditgym.credit.grpo import GRPO
 from creditgym.credit.hp_rlvr import HPRLVR
 from creditgym.credit.rule_based import RuleBased
+from creditgym.models.registry import build_tiny
 from creditgym.trainers.activation_checkpointing import ActivationCost
 from creditgym.trainers.core import WALL_CLOCK_METRICS, LoraSettings, prepare_policy
 from creditgym.trainers.policy_gradient import (

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from creditgym.agents.llm import SamplingConfig
-from creditgym.agents.models import build_tiny
 from creditgym.agents.trajectory import TokenBatch
 from creditgym.credit.rule_based import RuleBased
+from creditgym.models.registry import build_tiny
 from creditgym.trainers.policy_gradient import PolicyGradientConfig, PolicyGradientTrainer
 from creditgym.trainers.sft import SFT_METRICS, CreditFilteredSFTTrainer, SFTConfig, action_nll
 from tests.test_trainer_losses import _trajectory

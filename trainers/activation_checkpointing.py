@@ -128,7 +128,7 @@ def measure_activation_cost(model: nn.Module) -> ActivationCost:
     linear and square terms fitted through the three (a constant, the output layer's
     one position, drops out). Measured, because precision and fusion decide it:
     smollm2-135m + LoRA keeps about 1.0 MB per token in float32 and 0.64 MB with
-    bfloat16 products and the fused gated MLP (`agents.precision`). A model whose
+    bfloat16 products and the fused gated MLP (`models.precision`). A model whose
     forward cannot run on a plain row of ids (not a causal LM) gets an infinite cost:
     auto then recomputes, as it would for any model it cannot size.
     """

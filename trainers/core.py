@@ -33,10 +33,7 @@ from peft import LoraConfig, PeftModel, get_peft_model
 
 from creditgym.agents.atomic import atomic_folder
 from creditgym.agents.llm import LLMAgent, SamplingConfig
-from creditgym.agents.models import MODELS, LoadedModel
 from creditgym.agents.parsing import is_valid_action
-from creditgym.agents.precision import has_bfloat16_matmuls
-from creditgym.agents.progress import SHOW_AFTER_S, LiveBar
 from creditgym.agents.rollout import EnvWorkers, collect, resolve_env_workers
 from creditgym.agents.trajectory import TokenBatch, Trajectory, return_channel
 from creditgym.credit.base import (
@@ -45,6 +42,9 @@ from creditgym.credit.base import (
     NonFiniteError,
     check_finite_advantages,
 )
+from creditgym.models.precision import has_bfloat16_matmuls
+from creditgym.models.progress import SHOW_AFTER_S, LiveBar
+from creditgym.models.registry import MODELS, LoadedModel
 from creditgym.trainers.checkpoint import (
     MetricsLog,
     load_newest_checkpoint,
@@ -59,7 +59,7 @@ from creditgym.trainers.curve import CurveLog, CurveSettings, evaluate_point
 # trainers' fixed default before in-process envs; each worker is a whole process).
 WORKER_ENVS = 8
 # Models small enough that `finetune="auto"` trains every weight instead of a LoRA adapter
-# (`RegisteredModel.full_finetune`, declared with each model in agents/models.py).
+# (`RegisteredModel.full_finetune`, declared with each model in models/registry.py).
 FULL_FINETUNE_MODELS = frozenset(name for name, model in MODELS.items() if model.full_finetune)
 
 # Trainer counters saved in checkpoints and restored on resume.
@@ -230,7 +230,7 @@ def prepare_policy(
     elif mode == "full":
         if has_bfloat16_matmuls(model):
             raise ValueError(
-                f"{loaded.name!r} computes in bfloat16 (agents.precision): its weights cannot "
+                f"{loaded.name!r} computes in bfloat16 (models.precision): its weights cannot "
                 "be fine-tuned; train a LoRA adapter instead"
             )
         model.requires_grad_(True)
@@ -277,7 +277,7 @@ class TrainerCore(abc.ABC):
     """The run a trainer's update lives in (module docstring).
 
     Args:
-        loaded: the policy (`agents.models.load_model`); made trainable in place.
+        loaded: the policy (`models.registry.load_model`); made trainable in place.
         credit: a credit module instance (never a name: names are resolved in benchmarks/).
         env_id: registered Gymnasium id, e.g. ``creditgym/SysDiag-v0``.
         env_kwargs: constructor kwargs of the env (e.g. ``faults=[...]``, ``max_steps=``).
@@ -298,7 +298,7 @@ class TrainerCore(abc.ABC):
     `resume`, which may load trained weights.
     """
 
-    # Rollouts prefill a prompt prefix their steps share once (`agents.batching`); a
+    # Rollouts prefill a prompt prefix their steps share once (`models.batching`); a
     # subclass turns it on where its update shares the prefix too (the policy-gradient
     # trainer's LoRA runs), so runs made before it keep their arithmetic.
     share_prefix: bool = False
@@ -429,7 +429,7 @@ class TrainerCore(abc.ABC):
             self.policy,
             **asdict(self.sampling),
             seed=derive_seed(config.seed, iteration, "agent"),
-            # hindsight credit modules reuse what generation computed (agents.generation_cache)
+            # hindsight credit modules reuse what generation computed (models.generation_cache)
             generation_cache=self.credit.generation_cache,
             share_prefix=self.share_prefix,
         )

@@ -31,8 +31,8 @@ import numpy as np
 
 from creditgym.agents.atomic import atomic_write_text, jsonl_records
 from creditgym.agents.llm import LLMAgent, SamplingConfig
-from creditgym.agents.models import LoadedModel
 from creditgym.agents.rollout import EnvWorkers, collect
+from creditgym.models.registry import LoadedModel
 
 CURVE_FILE = "curve.jsonl"
 

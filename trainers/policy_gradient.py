@@ -21,7 +21,7 @@ the credit module and the group size):
    w_j = 1 / (action tokens in the minibatch) (token-mean, DAPO / verl's default), or with
    `length_normalise` w_j = 1 / (trajectories x action tokens of j's trajectory), so a long
    trajectory weighs as much as a short one. Log-probs come from
-   `agents.logprobs.action_logprobs`, which reproduces the sampling distribution
+   `agents.action_logprobs.action_logprobs`, which reproduces the sampling distribution
    (temperature, top-p, constrained-decoding masks), so r = 1 exactly before the first
    update. Gradients are accumulated over micro-batches of trajectories; because w is
    computed over the whole minibatch first, accumulation gives the same gradient as one
@@ -59,10 +59,10 @@ import numpy as np
 import torch
 from peft import PeftModel
 
+from creditgym.agents.action_logprobs import action_logprobs
 from creditgym.agents.llm import SamplingConfig
-from creditgym.agents.logprobs import action_logprobs
-from creditgym.agents.progress import LiveBar
 from creditgym.agents.trajectory import TokenBatch, Trajectory
+from creditgym.models.progress import LiveBar
 from creditgym.trainers.activation_checkpointing import (
     RECOMPUTE_ABOVE_BYTES,
     ActivationCost,
@@ -146,9 +146,9 @@ class PolicyGradientConfig(TrainerSettings):
     shared_prefix: bool | None = None
     """Run the prompt prefix a micro-batch's steps share (the system and task text) once,
     with gradient, and let every step attend to it, the steps after it in groups of like
-    length instead of all padded to the longest (`agents.logprobs.action_logprobs`):
+    length instead of all padded to the longest (`agents.action_logprobs.action_logprobs`):
     the same log-probs and gradients up to float rounding, for fewer tokens; rollouts
-    likewise prefill the prefix their steps share once (`agents.batching`). None (auto):
+    likewise prefill the prefix their steps share once (`models.batching`). None (auto):
     on for LoRA, where a pretrained model's update is the iteration's cost; off for full
     fine-tuning of `tiny` / `small`, whose updates are bound by per-call overhead (and
     whose earlier runs keep their arithmetic)."""

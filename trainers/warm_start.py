@@ -30,8 +30,8 @@ seeded; tested). The result is cached as a model folder under `$CREDITGYM_CACHE/
 named by a hash of the settings, the size of `small`, its tokenizer's fingerprint and the
 rendered examples themselves (every token of every prompt and target: the envs' text,
 feedback included, the prompt scaffolding and the hindsight blocks), so a change to any
-of them builds a new model instead of reading a stale one. `agents.models.MODELS`
-registers `load_small_warm` as `small-warm`.
+of them builds a new model instead of reading a stale one. `models.registry.MODELS` lists
+`small-warm`; importing this module provides `load_small_warm` as its loader.
 """
 
 from __future__ import annotations
@@ -53,14 +53,20 @@ from creditgym.agents.atomic import atomic_folder
 from creditgym.agents.base import Agent, NoisyExpertAgent, RandomAgent
 from creditgym.agents.constrained import action_token_sequences
 from creditgym.agents.episode import play_episode
-from creditgym.agents.local_tokenizer import load_local_tokenizer, vocabulary
-from creditgym.agents.models import SMALL_CONFIG, LoadedModel, build_small, cache_dir
 from creditgym.agents.prompts import messages_for_step
 from creditgym.agents.trajectory import Trajectory
 from creditgym.credit.hcapo import outcome_hindsight
 from creditgym.credit.hp_rlvr import future_hindsight
 from creditgym.credit.views import render_prompt_ids
 from creditgym.envs import ENVS, EnvOptions
+from creditgym.models.local_tokenizer import load_local_tokenizer, vocabulary
+from creditgym.models.registry import (
+    SMALL_CONFIG,
+    LoadedModel,
+    build_small,
+    cache_dir,
+    provide_loader,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -273,6 +279,9 @@ def load_small_warm(
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype).to(device)
     model.eval()
     return LoadedModel(name="small-warm", model=model, tokenizer=tokenizer)
+
+
+provide_loader("small-warm", load_small_warm)
 
 
 def describe(config: WarmStartConfig) -> Mapping[str, Any]:

@@ -7,11 +7,11 @@ GPUs), and >= 4x faster than a naive one-step-at-a-time loop.
 For each env: scripted episodes (expert and noisy expert, as in `measure.key_steps`) give
 realistic step prompts; the policy then generates its own response for every step
 (`LLMAgent.act`, batched, timed: "generation"; it fills an
-`agents.generation_cache.GenerationCache` with each prompt's keys and values and each
+`models.generation_cache.GenerationCache` with each prompt's keys and values and each
 response's output-layer inputs, as trainers do for HCAPO and HP-RLVR, and those copies
 are part of the timed generation), and those exact prompt / response tokens become the
 batch's policy steps. Then, timed on that batch, each module's scoring as the engine runs
-it (`credit.scoring`) with everything recomputed and with the generation cache, and a
+it (`models.scoring`) with everything recomputed and with the generation cache, and a
 naive loop:
 - HCAPO: one teacher-forced hindsight view per step;
 - HP-RLVR: causal and hindsight views per step with per-token full-vocabulary JSD;
@@ -35,22 +35,23 @@ import numpy as np
 import torch
 
 from creditgym.agents.base import AgentInput
-from creditgym.agents.generation_cache import GenerationCache
 from creditgym.agents.llm import LLMAgent
-from creditgym.agents.models import LoadedModel, ModelUnavailableError, load_model
 from creditgym.agents.trajectory import Trajectory
 from creditgym.benchmarks.cli import run_script
 from creditgym.benchmarks.perf.timing import machine_state, timed
 from creditgym.credit.hcapo import outcome_hindsight
 from creditgym.credit.hp_rlvr import future_hindsight
-from creditgym.credit.scoring import (
+from creditgym.credit.views import causal_view, hindsight_view
+from creditgym.measure.key_steps import EvaluateArgs, collect
+from creditgym.models.generation_cache import GenerationCache
+from creditgym.models.registry import LoadedModel, ModelUnavailableError, load_model
+from creditgym.models.scoring import (
+    TeacherForced,
     jensen_shannon,
     score_divergence,
     score_logprobs,
     shared_prefix_length,
 )
-from creditgym.credit.views import TeacherForced, causal_view, hindsight_view
-from creditgym.measure.key_steps import EvaluateArgs, collect
 
 
 @dataclass(frozen=True)

@@ -26,10 +26,10 @@ import torch
 from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile
 
-from creditgym.agents.kv_cache import cache_keyword, growing_cache
-from creditgym.agents.models import ModelUnavailableError, load_model
 from creditgym.benchmarks.cli import run_script
 from creditgym.benchmarks.perf.timing import Stopwatch, machine_state
+from creditgym.models.kv_cache import cache_keyword, growing_cache
+from creditgym.models.registry import ModelUnavailableError, load_model
 
 MATMUL_OPS = {"aten::mm", "aten::addmm", "aten::bmm"}
 

@@ -22,11 +22,11 @@ import torch
 from creditgym import envs
 from creditgym.agents.constrained import action_token_sequences
 from creditgym.agents.llm import LLMAgent
-from creditgym.agents.models import load_model
 from creditgym.benchmarks.cli import run_script
 from creditgym.benchmarks.perf.timing import machine_state, timed
 from creditgym.credit.policy_evaluation import evaluate_policy, reachable_states
 from creditgym.measure.ground_truth import llm_policy_table, state_prompt_ids
+from creditgym.models.registry import load_model
 
 ENV_ID = "creditgym/KeyDoor-v0"
 TARGET_SECONDS = 300.0

@@ -1,7 +1,7 @@
 """The processor's matmul throughput per dtype: what `--dtype fast` can gain on this CPU.
 
 `--dtype fast` computes the decoder's products in bfloat16 only where the processor has
-AMX or AVX-512 BF16 (`agents/precision.py`); elsewhere bfloat16 is emulated and far slower
+AMX or AVX-512 BF16 (`models/precision.py`); elsewhere bfloat16 is emulated and far slower
 than float32, so a run there resolves to float32 (and gets another run folder,
 docs/running.md). This script times one product of smollm2-135m's MLP shape (2048 tokens
 x 576 by 576 x 1536) in float32 and in bfloat16 and prints GFLOPS with the processor's
@@ -19,9 +19,9 @@ from dataclasses import dataclass
 
 import torch
 
-from creditgym.agents.precision import cpu_features, native_bfloat16
 from creditgym.benchmarks.cli import run_script
 from creditgym.benchmarks.perf.timing import machine_state
+from creditgym.models.precision import cpu_features, native_bfloat16
 
 
 @dataclass(frozen=True)

@@ -12,12 +12,12 @@ machine load:
   the update's tensors on glibc's heap, activations recomputed in backward over
   4,096-token micro-batches (what "auto" chose for them before it measured what a model
   keeps);
-- new: bfloat16 products where this CPU has them natively (`agents.precision`, AMX or
+- new: bfloat16 products where this CPU has them natively (`models.precision`, AMX or
   AVX-512 BF16; float32 elsewhere), the prompt prefix steps share run once: per
-  micro-batch in the update (`PolicyGradientConfig.shared_prefix`, `agents.logprobs`;
+  micro-batch in the update (`PolicyGradientConfig.shared_prefix`, `models.logprobs`;
   the steps after it in groups of like length, not all padded to the longest), per
-  prefix in the rollout's prefill (`agents.batching`), and the update's large
-  tensors mapped (`trainers.host_memory`), the gated MLP fused (`agents.precision`), and
+  prefix in the rollout's prefill (`models.batching`), and the update's large
+  tensors mapped (`trainers.host_memory`), the gated MLP fused (`models.precision`), and
   "auto" activation checkpointing: micro-batches cut to keep at most 1 GiB of
   activations, so a KeyDoor trajectory keeps its activations instead of recomputing them
   (`trainers.activation_checkpointing`).
@@ -43,11 +43,11 @@ from typing import Literal
 import torch
 
 from creditgym import envs
-from creditgym.agents.models import load_model
-from creditgym.agents.precision import cpu_features, native_bfloat16, use_bfloat16_matmuls
 from creditgym.benchmarks.cli import run_script
 from creditgym.benchmarks.perf.timing import machine_state, rss_mb
 from creditgym.credit.grpo import GRPO
+from creditgym.models.precision import cpu_features, native_bfloat16, use_bfloat16_matmuls
+from creditgym.models.registry import load_model
 from creditgym.trainers.policy_gradient import (
     AgentConfig,
     PolicyGradientConfig,

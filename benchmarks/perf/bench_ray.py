@@ -40,12 +40,12 @@ import ray
 
 from creditgym.agents.base import Agent, ExpertAgent
 from creditgym.agents.llm import LLMAgent
-from creditgym.agents.models import ModelUnavailableError, load_model
 from creditgym.agents.rollout import close_workers, collect
 from creditgym.benchmarks import sweep
 from creditgym.benchmarks.cli import run_script
 from creditgym.benchmarks.perf.timing import Stopwatch, machine_state
 from creditgym.envs import SHORT_NAMES
+from creditgym.models.registry import ModelUnavailableError, load_model
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ tokens and the ratios compare equal work. Target: >= 4x generation at batch 8 on
 `--schedulers continuous lockstep` also times the round-by-round schedule (one
 `agent.act` per round of ready envs, every row waiting for the round's longest
 response) against the continuous batch `collect` uses for LLM agents
-(`agents.batching`), on the same episodes in the same run.
+(`models.batching`), on the same episodes in the same run.
 
     python -m creditgym.benchmarks.perf.bench_rollout  # smollm2-135m, batch sizes 1 4 8 16
     python -m creditgym.benchmarks.perf.bench_rollout --model tiny --batch-sizes 1 8
@@ -29,11 +29,11 @@ import torch
 
 from creditgym.agents.base import AgentAction, AgentInput, ExpertAgent
 from creditgym.agents.llm import LLMAgent
-from creditgym.agents.models import ModelUnavailableError, load_model
 from creditgym.agents.rollout import collect
 from creditgym.benchmarks.cli import run_script
 from creditgym.benchmarks.perf.timing import machine_state
 from creditgym.envs import SHORT_NAMES
+from creditgym.models.registry import ModelUnavailableError, load_model
 
 
 class Lockstep:

@@ -2,7 +2,7 @@
 
 The target (docs/performance.md): one iteration (rollout -> credit -> update) of 32 rollouts on
 `creditgym/KeyDoor-v0` at delay 8 within 2 s on this 2-core CPU, with `small`
-(agents/models.py) and a history-free prompt (KeyDoor is Markov). GRPO at G = 8 over 4
+(models/registry.py) and a history-free prompt (KeyDoor is Markov). GRPO at G = 8 over 4
 tasks, constrained decoding, full fine-tuning, the trainer's default micro-batching.
 
     python -m creditgym.benchmarks.perf.bench_small          # small, 4 timed iterations
@@ -25,11 +25,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from creditgym.agents.models import SmallConfig, build_small, load_model
 from creditgym.agents.rollout import EnvWorkers, close_workers, resolve_env_workers
 from creditgym.benchmarks.cli import run_script
 from creditgym.benchmarks.perf.timing import Stopwatch, machine_state
 from creditgym.credit.grpo import GRPO
+from creditgym.models.registry import SmallConfig, build_small, load_model
 from creditgym.trainers.policy_gradient import (
     AgentConfig,
     PolicyGradientConfig,

@@ -23,12 +23,12 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from creditgym.agents.models import load_model
 from creditgym.benchmarks.cli import run_script
 from creditgym.benchmarks.perf.timing import machine_state, timed
 from creditgym.credit.base import CreditContext, CreditModule, build
 from creditgym.credit.grpo import GRPO
 from creditgym.credit.hp_rlvr import HPRLVR
+from creditgym.models.registry import load_model
 from creditgym.trainers.policy_gradient import (
     AgentConfig,
     PolicyGradientConfig,

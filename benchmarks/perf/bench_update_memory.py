@@ -22,10 +22,10 @@ from dataclasses import dataclass
 
 import torch
 
-from creditgym.agents.models import load_model
 from creditgym.benchmarks.cli import run_script
 from creditgym.benchmarks.perf.timing import machine_state, rss_mb
 from creditgym.credit.rule_based import RuleBased
+from creditgym.models.registry import load_model
 from creditgym.trainers.policy_gradient import (
     AgentConfig,
     PolicyGradientConfig,

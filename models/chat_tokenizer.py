@@ -1,7 +1,7 @@
 """The chat scaffolding every local model shares: ChatML, its special tokens, and the
 byte-level tokenizer of `tiny`.
 
-Kept apart from agents/models.py (which loads models) and agents/local_tokenizer.py
+Kept apart from models/registry.py (which loads models) and models/local_tokenizer.py
 (`small`'s trained tokenizer), which both build on it, so neither imports the other's
 module to get at these.
 """

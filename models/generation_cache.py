@@ -2,7 +2,7 @@
 the final hidden state before every generated token.
 
 HCAPO and HP-RLVR re-score every step with teacher-forced passes of the policy that
-generated it (`credit.scoring`):
+generated it (`models.scoring`):
 - each view's context starts with the step's own prompt (the hindsight block sits just
   before the instruction, `agents.prompts`). Generation already computed that prompt's
   keys and values: kept here, the scoring engine loads them and runs only the tokens

@@ -7,14 +7,14 @@ store with spare room along the sequence axis (doubling when full, amortised O(1
 token) and hands attention views of its filled part, so a step writes only the new keys
 and values.
 
-Continuous batching (`agents.batching`) also needs rows to leave and join a running
+Continuous batching (`models.batching`) also needs rows to leave and join a running
 cache and the all-padding columns on its left to go once the rows that needed them have
 left: `batch_select_indices` (in `fill_holes` order), `join_rows` and `trim_left`. Rows
 come and go every few tokens in an agent's rollout (an action is short), so these work
 in place on the rows that change: re-copying the whole cache at each of them took about
 a quarter of a smollm2-135m KeyDoor rollout.
 
-Teacher-forced re-scoring (`agents.logprobs`) runs a prefix that many rows share once
+Teacher-forced re-scoring (`models.logprobs`) runs a prefix that many rows share once
 and lets every row attend to its keys and values: `shared_prefix_cache`, whose layers
 store nothing, so activation checkpointing may replay them (`checkpoint_with_cache`).
 
@@ -38,7 +38,7 @@ from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 from transformers.modeling_layers import GradientCheckpointingLayer
 
-from creditgym.agents.masked_logits import causal_lm
+from creditgym.models.masked_logits import causal_lm
 
 # Spare positions reserved beyond the prompt at the first update (a typical response).
 INITIAL_SPARE = 256

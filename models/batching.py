@@ -5,7 +5,7 @@ batch slot idle from the moment its row stops until the whole batch is done, and
 multi-step episodes wait for the slowest row at every step. Here a row that stops
 leaves at once (its cache rows are dropped) and a row added by `add` joins at the
 next `advance`: it is prefilled on its own and its cache appended to the running one,
-right-aligned (`agents.kv_cache.join_rows`), so the batch stays as full as the work
+right-aligned (`models.kv_cache.join_rows`), so the batch stays as full as the work
 allows -- the scheduling vLLM calls continuous batching, here on a transformers model
 with an explicit sampling loop.
 
@@ -25,7 +25,7 @@ positions carried explicitly, so attention and positions are those of the full p
 and only the float rounding of the prefill differs (a prefix run at batch 1).
 
 Sampling is exactly `agents.llm`'s: each row draws Gumbel noise from its own generator
-and records log-probs under `agents.logprobs.sampling_logprobs`, so a row's tokens do
+and records log-probs under `models.logprobs.sampling_logprobs`, so a row's tokens do
 not depend on which rows share its batch, up to float rounding in the logits.
 """
 
@@ -37,16 +37,16 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from creditgym.agents.constrained import TokenTrie
-from creditgym.agents.generation_cache import GenerationCache, shared_opening_length
-from creditgym.agents.kv_cache import (
+from creditgym.models.generation_cache import GenerationCache, shared_opening_length
+from creditgym.models.kv_cache import (
     cache_keyword,
     fill_holes,
     growing_cache,
     join_rows,
     trim_left,
 )
-from creditgym.agents.logprobs import sampling_logprobs
+from creditgym.models.logprobs import sampling_logprobs
+from creditgym.models.token_trie import TokenTrie
 
 # Shorter common prefixes are prefilled with each prompt: a separate batch-1 forward
 # costs more in per-call overhead than a few tokens save.
@@ -78,13 +78,13 @@ class ContinuousBatch:
     Args:
         model: causal LM (transformers, or a peft wrapper), in eval mode.
         pad_id: id written in padding positions (masked, never attended to).
-        temperature, top_p: sampling distribution (`agents.logprobs.sampling_logprobs`).
+        temperature, top_p: sampling distribution (`models.logprobs.sampling_logprobs`).
         max_new_tokens: cap on tokens generated per row.
         stop: `stop(tokens, trie)` -> True when a row's response is complete (EOS,
             end of the action, end of its trie path); called after every token.
         generation_cache: where each prefilled prompt's keys and values, and each
             finished response's output-layer inputs, are kept for hindsight scoring
-            (`agents.generation_cache`); None keeps nothing.
+            (`models.generation_cache`); None keeps nothing.
         share_prefix: prefill a prompt prefix shared by joining rows once and reuse it
             for later rows (module docstring); False runs every distinct prompt in full.
     """
