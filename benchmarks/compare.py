@@ -36,12 +36,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from creditgym.benchmarks.cli import UsageError, exit_on_usage_error, parse_arguments, prog_of
-from creditgym.benchmarks.run import RunConfig, resolve
+from creditgym.benchmarks.run import RunConfig, RunPlan, resolve
 from creditgym.benchmarks.run.build import credit_class
 from creditgym.benchmarks.run.config import NO_CREDIT
 from creditgym.benchmarks.run.evaluate import is_finished
 from creditgym.benchmarks.run.plan import parse_credit_options
-from creditgym.benchmarks.run.population import group_into_populations
+from creditgym.benchmarks.run.population import group_into_populations, single_run
 from creditgym.benchmarks.run.validate import validate
 from creditgym.benchmarks.sweep import SweepConfig, load_sweep, parse_shard, run_local
 from creditgym.report import comparison, records
@@ -83,10 +83,10 @@ class CompareConfig:
 
 @dataclass(frozen=True)
 class Cell:
-    """One planned setting: the `grpo` configuration at its first seed, and the seeds the
-    plan gives it."""
+    """One planned setting: the `grpo` configuration at its first seed (resolved once), and
+    the seeds the plan gives it."""
 
-    baseline: RunConfig
+    baseline: RunPlan
     seeds: tuple[int, ...]
 
 
@@ -97,9 +97,9 @@ class SeedPair:
 
     cell: int  # index into the plan's cells
     seed: int
-    baseline: RunConfig
+    baseline: RunPlan
     baseline_dir: Path | None
-    challenger: RunConfig
+    challenger: RunPlan
     challenger_dir: Path | None
 
 
@@ -112,7 +112,7 @@ class Comparison:
     pairs: tuple[SeedPair, ...]
     seeds_override: tuple[int, ...]  # () when the plan's seeds are used
 
-    def to_run(self) -> list[RunConfig]:
+    def to_run(self) -> list[RunPlan]:
         """Every run with no finished folder, `grpo` before the challenger per cell."""
         todo = []
         for cell in range(len(self.cells)):
@@ -149,7 +149,7 @@ def plan_cells(configs: Sequence[RunConfig], out: Path) -> list[Cell]:
     if not seeds:
         raise UsageError(f"the plan's sweep file has no {BASELINE} row to compare against")
     return [
-        Cell(dataclasses.replace(base, seed=found[0]), tuple(found))
+        Cell(resolve(dataclasses.replace(base, seed=found[0])), tuple(found))
         for base, found in seeds.items()
     ]
 
@@ -159,42 +159,39 @@ def challenger_config(baseline: RunConfig, credit: str, options: tuple[str, ...]
     return dataclasses.replace(baseline, credit=credit, credit_options=options)
 
 
-def challenger_name(config: RunConfig) -> str:
+def challenger_name(run: RunPlan) -> str:
     """The module's row name as the study names rows (`hp_rlvr_exact`, `discounted
     [gamma=0.5]`)."""
-    return method_form(resolve(config).identity)
+    return method_form(run.identity)
 
 
-def finished_run(config: RunConfig, folders: Sequence[Path]) -> Path | None:
-    """The first of `folders` holding `config`'s run finished (done.json, every requested
-    episode) with the identity `config` hashes, or None."""
-    plan = resolve(config)
+def finished_run(run: RunPlan, folders: Sequence[Path]) -> Path | None:
+    """The first of `folders` holding `run` finished (done.json, every requested episode)
+    with the identity `run` hashes, or None."""
     for folder in folders:
-        placed = dataclasses.replace(plan, config=dataclasses.replace(plan.config, out=folder))
-        run_dir = placed.run_dir
+        placed = dataclasses.replace(run, config=dataclasses.replace(run.config, out=folder))
         if not is_finished(placed):
             continue
-        recorded = records.read_json(run_dir / records.CONFIG_FILE).get("identity")
-        if recorded == plan.identity:
-            return run_dir
+        recorded = records.read_json(placed.run_dir / records.CONFIG_FILE).get("identity")
+        if recorded == run.identity:
+            return placed.run_dir
     return None
 
 
 def build_comparison(
     cells: Sequence[Cell],
-    credit: str,
-    options: tuple[str, ...],
+    challengers: Sequence[RunPlan],
     baseline_folders: Sequence[Path],
     seeds_override: tuple[int, ...] = (),
 ) -> Comparison:
     """Every cell's seed pairs (the plan's seeds, or `seeds_override`), each run with the
     finished folder found for it: `grpo` in `baseline_folders` (the output folder first),
-    the challenger in the output folder only."""
+    the challenger (each cell's, `challengers`) in the output folder only."""
     pairs = []
-    for number, cell in enumerate(cells):
+    for number, (cell, cell_challenger) in enumerate(zip(cells, challengers, strict=True)):
         for seed in seeds_override or cell.seeds:
-            baseline = dataclasses.replace(cell.baseline, seed=seed)
-            challenger = challenger_config(baseline, credit, options)
+            baseline = single_run(cell.baseline, seed)
+            challenger = single_run(cell_challenger, seed)
             pairs.append(
                 SeedPair(
                     number,
@@ -202,22 +199,21 @@ def build_comparison(
                     baseline,
                     finished_run(baseline, baseline_folders),
                     challenger,
-                    finished_run(challenger, [challenger.out]),
+                    finished_run(challenger, [challenger.config.out]),
                 )
             )
     return Comparison(tuple(cells), tuple(pairs), tuple(seeds_override))
 
 
-def cell_label(config: RunConfig) -> tuple[str, str, str]:
-    """(instrument, level, channel) of a cell's configuration (`comparison.cell_label`)."""
-    plan = resolve(config)
-    return comparison.cell_label(plan.identity, plan.step_limit, config.reward_channel)
+def cell_label(run: RunPlan) -> tuple[str, str, str]:
+    """(instrument, level, channel) of a cell's run (`comparison.cell_label`)."""
+    return comparison.cell_label(run.identity, run.step_limit, run.config.reward_channel)
 
 
 def cost_lines(plan: Comparison, folders: Sequence[Path]) -> list[str]:
     """The planned cost, printed before any run starts: per cell the runs to do, reused
     and the seconds per run measured on earlier `grpo` runs, then the totals."""
-    identities = [resolve(cell.baseline).identity for cell in plan.cells]
+    identities = [cell.baseline.identity for cell in plan.cells]
     estimates = comparison.measured_seconds(identities, folders)
     todo = plan.to_run()
     lines = []
@@ -271,11 +267,11 @@ def finished_folders(plan: Comparison) -> dict[tuple[str, int], Path]:
     output folder's."""
     found = {}
     for index, pair in enumerate(plan.pairs):
-        for role, config, known in (
+        for role, run, known in (
             ("baseline", pair.baseline, pair.baseline_dir),
             ("challenger", pair.challenger, pair.challenger_dir),
         ):
-            run_dir = known or finished_run(config, [config.out])
+            run_dir = known or finished_run(run, [run.config.out])
             if run_dir is not None:
                 found[(role, index)] = run_dir
     return found
@@ -321,18 +317,21 @@ def main(argv: list[str] | None = None) -> int:
     parse_credit_options(args.credit, args.credit_options)
     configs = load_sweep(args.config, None)
     cells = plan_cells(configs, args.out)
-    for cell in cells:  # the module, its options and the output folder, before any work
-        validate(resolve(challenger_config(cell.baseline, args.credit, args.credit_options)))
+    challengers = [
+        resolve(challenger_config(cell.baseline.config, args.credit, args.credit_options))
+        for cell in cells
+    ]
+    for challenger in challengers:  # the module, its options and the output folder
+        validate(challenger)
     folders = baseline_folders(args, configs[0].out)
-    plan = build_comparison(cells, args.credit, args.credit_options, folders, args.seeds)
+    plan = build_comparison(cells, challengers, folders, args.seeds)
     for line in cost_lines(plan, folders):
         print(line, flush=True)
     if args.dry_run:
         return 0
     # Populations first, then the shard's share of them: sharding single runs would split
     # every population's consecutive seeds between the processes.
-    to_run = [resolve(config) for config in plan.to_run()]
-    todo = group_into_populations(to_run, args.population)[shard_index::shard_count]
+    todo = group_into_populations(plan.to_run(), args.population)[shard_index::shard_count]
     started = time.monotonic()
     before = resource.getrusage(resource.RUSAGE_SELF)
     cpu_before = before.ru_utime + before.ru_stime

@@ -53,7 +53,7 @@ credit = ["grpo", "hcapo"]
 def test_the_plans_cells_are_its_grpo_rows_at_the_planned_seeds_and_compare_toml_a_subset():
     cells = plan_cells(load_sweep(PLAN, None), Path("out"))
     # KeyDoor's two levels on two channels, Umbrella's two on the return channel.
-    assert [(c.baseline.env, c.baseline.reward_channel) for c in cells] == [
+    assert [(c.baseline.config.env, c.baseline.config.reward_channel) for c in cells] == [
         ("keydoor", "return"),
         ("keydoor", "outcome"),
         ("keydoor", "return"),
@@ -62,8 +62,10 @@ def test_the_plans_cells_are_its_grpo_rows_at_the_planned_seeds_and_compare_toml
         ("umbrella", "return"),
     ]
     assert [len(c.seeds) for c in cells] == [106, 106, 106, 106, 51, 51]
-    assert all(c.baseline.credit == "grpo" and not c.baseline.credit_options for c in cells)
-    assert all(c.baseline.out == Path("out") for c in cells)
+    assert all(
+        c.baseline.config.credit == "grpo" and c.baseline.credit_options is None for c in cells
+    )
+    assert all(c.baseline.config.out == Path("out") for c in cells)
     # compare.toml's cells are the plan's own, at its seeds: the same run folders.
     subset = plan_cells(load_sweep(SUBSET, None), Path("out"))
     assert subset and all(cell in cells for cell in subset)
@@ -220,13 +222,13 @@ def test_compare_runs_the_module_and_grpo_then_prints_the_paired_verdicts(tmp_pa
     copied = tmp_path / "copied"
     shutil.copytree(grpo[0], copied / grpo[0].name)
     cells = plan_cells(load_sweep(plan, None), other)
-    config = cells[0].baseline
-    assert finished_run(config, [copied]) == copied / grpo[0].name
+    baseline = cells[0].baseline
+    assert finished_run(baseline, [copied]) == copied / grpo[0].name
     path = copied / grpo[0].name / records.CONFIG_FILE
     saved = json.loads(path.read_text())
     saved["identity"]["learning_rate"] = 0.01
     path.write_text(json.dumps(saved))
-    assert finished_run(config, [copied]) is None
+    assert finished_run(baseline, [copied]) is None
 
 
 def test_the_console_script_imports_the_users_module_from_the_working_directory(tmp_path):

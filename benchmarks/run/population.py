@@ -54,15 +54,16 @@ def check_population(cfg: RunConfig) -> None:
         )
 
 
+def single_run(plan: RunPlan, seed: int) -> RunPlan:
+    """The plan of the single run of `seed` (population 1) of `plan`'s configuration, so
+    that its run name, config.json and identity are that run's; nothing resolved again."""
+    config = dataclasses.replace(plan.config, seed=seed, population=1)
+    return dataclasses.replace(plan, config=config, seeds=(seed,))
+
+
 def member_plans(plan: RunPlan) -> list[RunPlan]:
-    """Each member's plan: the single run of its seed (population 1), so that its run
-    name, config.json and identity are that run's."""
-    return [
-        dataclasses.replace(
-            plan, config=dataclasses.replace(plan.config, seed=seed, population=1), seeds=(seed,)
-        )
-        for seed in plan.seeds
-    ]
+    """Each member's plan: the single run of its seed."""
+    return [single_run(plan, seed) for seed in plan.seeds]
 
 
 def population_record(plan: RunPlan, command: str) -> dict[str, Any]:
