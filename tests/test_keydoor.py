@@ -15,7 +15,15 @@ from creditgym.agents.base import ExpertAgent, RandomAgent
 from creditgym.agents.episode import play_episode
 from creditgym.credit.policy_evaluation import evaluate_policy, reachable_states
 from creditgym.envs import ENVS
-from creditgym.envs.keydoor.dynamics import APPLE_REWARDS, DOOR_REWARD, EAT, KEY, OPEN, WAIT
+from creditgym.envs.keydoor.dynamics import (
+    APPLE_REWARDS,
+    DISGUISES,
+    DOOR_REWARD,
+    EAT,
+    KEY,
+    OPEN,
+    WAIT,
+)
 from creditgym.envs.keydoor.env import KeyDoorEnv
 from creditgym.envs.keydoor.options import KeyDoorOptions
 from creditgym.measure.ground_truth import OutcomeMDP
@@ -303,3 +311,67 @@ def test_num_keys_out_of_range_is_refused(options):
         KeyDoorEnv(**options)
     with pytest.raises(ValueError, match="needs num_keys=1"):
         KeyDoorEnv(num_keys=2, causal_feedback=True)
+
+
+# ------------------------------------------------------- disguised keys (disguised_keys)
+
+
+def test_disguised_keys_each_room_needs_its_own_everyday_thing():
+    """Room r's key is DISGUISES[r] in every task, on the table among distractors that
+    never include it, never named a key; the door opens only for the right thing of each
+    room, and the label and the expert follow it."""
+    env = KeyDoorEnv(delay=1, num_objects=6, num_keys=3, disguised_keys=True)
+    for seed in range(10):
+        observation, info = env.reset(seed=seed)
+        assert "key" not in observation
+        for room in range(3):
+            commands = info["admissible_commands"]
+            assert len(commands) == 7 and commands.count(f"take the {DISGUISES[room]}") == 1
+            assert info["expert_action"] == f"take the {DISGUISES[room]}"
+            _, _, _, _, info = env.step(info["expert_action"])
+            assert info["key_step"]
+        env.step(EAT)
+        _, reward, terminated, _, info = env.step(OPEN)
+        assert terminated and info["success"] and reward == DOOR_REWARD
+    # One wrong room (the second) locks the door, and its step is not a key step.
+    _, info = env.reset(seed=0)
+    _, _, _, _, info = env.step(f"take the {DISGUISES[0]}")
+    wrong = next(c for c in info["admissible_commands"] if c != f"take the {DISGUISES[1]}")
+    _, _, _, _, info = env.step(wrong)
+    assert not info["key_step"]
+    _, _, _, _, info = env.step(f"take the {DISGUISES[2]}")
+    env.step(EAT)
+    _, reward, terminated, _, info = env.step(OPEN)
+    assert terminated and not info["success"] and reward == 0.0
+
+
+def test_disguised_keys_the_exact_mdp_random_play_and_expert():
+    """Positive control on the exact MDP, as for plain keys: the expert succeeds with
+    probability 1, a uniformly random room choice with (1 / (n + 1))^K; the plain "take
+    the key" policy never does (the right thing differs from room to room)."""
+    env = KeyDoorEnv(delay=1, num_objects=3, num_keys=2, disguised_keys=True)
+    env.reset(seed=2)
+    mdp = OutcomeMDP(env.finite_mdp())
+    states = reachable_states(mdp)
+
+    def table(room_choice) -> dict:
+        return {
+            s: {
+                a: room_choice(s, a) if s.startswith("room") else float(a in (OPEN, EAT))
+                for a in mdp.actions(s)
+            }
+            for s in states
+        }
+
+    start = mdp.initial_states()[0][1]
+    expert = table(lambda s, a: float(a == f"take the {DISGUISES[int(s.split('t=')[1][0])]}"))
+    uniform = table(lambda s, a: 1.0 / len(mdp.actions(s)))
+    assert evaluate_policy(mdp, expert).values[start] == pytest.approx(1.0)
+    assert evaluate_policy(mdp, uniform).values[start] == pytest.approx((1 / 4) ** 2)
+
+
+def test_disguised_keys_refuses_what_it_cannot_build():
+    with pytest.raises(ValueError, match="num_objects must be at most 11"):
+        KeyDoorEnv(num_objects=12, disguised_keys=True)
+    with pytest.raises(ValueError, match="needs disguised_keys=false"):
+        KeyDoorEnv(causal_feedback=True, disguised_keys=True)

@@ -49,6 +49,10 @@ DISTRACTOR_POOL = (
     "spoon",
     "comb",
 )
+# With `disguised_keys`, room r's key is DISGUISES[r]: an everyday thing like the
+# distractors, the same in every task and never named a key, so which thing opens the
+# door must be learnt room by room from the outcome (one per room up to `MAX_KEYS`).
+DISGUISES = ("bell", "comb", "spoon", "feather")
 # Apple reward values, each drawn uniformly and independently per apple eaten. "low"
 # is Mesnard et al.'s low-variance variant (every apple pays 1, as the final reward
 # does); "high" their high-variance one (apples pay 1 or 10), where the apples' spread
@@ -73,6 +77,8 @@ class KeyDoorTask:
         task_id: "keydoor-<n>" (with the env's kwargs, decodes to this instance).
         tables: per room, the things on its table in the order shown and offered, a key
             among them; one room unless the env's `num_keys` is above 1.
+        keys: per room, the thing on its table that the door needs (`KEY`, or with
+            `disguised_keys` the room's entry of `DISGUISES`).
         delay: orchard turns between the last room and the door.
         apple_rewards: values an apple pays, each with probability 1 / len.
         max_steps: step limit (the state at t = max_steps is never acted in).
@@ -80,6 +86,7 @@ class KeyDoorTask:
 
     task_id: str
     tables: tuple[tuple[str, ...], ...]
+    keys: tuple[str, ...]
     delay: int
     apple_rewards: tuple[float, ...]
     max_steps: int
@@ -101,18 +108,26 @@ def build_task(
     num_objects: int,
     max_steps: int,
     num_keys: int = 1,
+    disguised_keys: bool = False,
 ) -> KeyDoorTask:
     """Task `keydoor-<index>`: which distractors lie on each room's table, in what order."""
     # One room draws exactly as the single-key env always has (its tasks unchanged).
     seed = f"creditgym/KeyDoor-v0/{num_objects}/{index}"
-    rng = random.Random(seed if num_keys == 1 else f"{seed}/keys={num_keys}")
+    if num_keys > 1:
+        seed += f"/keys={num_keys}"
+    if disguised_keys:
+        seed += "/disguised"
+    rng = random.Random(seed)
+    keys = DISGUISES[:num_keys] if disguised_keys else (KEY,) * num_keys
     tables = []
-    for _room in range(num_keys):
-        table = [KEY, *rng.sample(DISTRACTOR_POOL, num_objects)]
+    for key in keys:
+        table = [key, *rng.sample([t for t in DISTRACTOR_POOL if t != key], num_objects)]
         # Shuffled so that the key's position in the command list carries no signal.
         rng.shuffle(table)
         tables.append(tuple(table))
-    return KeyDoorTask(f"keydoor-{index}", tuple(tables), delay, apple_rewards, max_steps)
+    return KeyDoorTask(
+        f"keydoor-{index}", tuple(tables), tuple(keys), delay, apple_rewards, max_steps
+    )
 
 
 def rooms(task: KeyDoorTask) -> int:
@@ -133,8 +148,9 @@ def carried(holding: str) -> tuple[str, ...]:
 
 
 def has_every_key(task: KeyDoorTask, holding: str) -> bool:
-    """Whether `holding` holds one key per room: what opens the door."""
-    return carried(holding).count(KEY) == rooms(task)
+    """Whether `holding` holds each room's key: what opens the door."""
+    # One thing per room left means none was skipped, so the i-th thing is room i's pick.
+    return carried(holding) == task.keys
 
 
 def state_id(task: KeyDoorTask, state: KeyDoorState) -> str:
@@ -179,7 +195,7 @@ def expert_command(task: KeyDoorTask, state: KeyDoorState) -> str:
     """The optimal command: take the key, eat every apple, open the door."""
     where = phase(task, state)
     if where == "room":
-        return f"take the {KEY}"
+        return f"take the {task.keys[state.steps]}"
     return EAT if where == "orchard" else OPEN
 
 
@@ -213,7 +229,7 @@ def advance(
         taken = command.removeprefix("take the ") if command is not None else NOTHING
         things = carried(holding) + carried(taken)
         holding = CARRIED_SEP.join(things) if things else NOTHING
-        key_step = taken == KEY
+        key_step = taken == task.keys[state.steps]
     elif where == "orchard":
         if command == EAT:
             if apple_value is None:

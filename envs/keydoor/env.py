@@ -6,7 +6,8 @@ and high-variance apples of Mesnard et al. 2021, ICML, arXiv 2011.09464). Three 
 1. Room (one step): the table holds the key and `num_objects` distractors; the agent
    takes one thing and keeps it. Taking the key is the only action that changes the
    final reward. With `num_keys` K > 1, K rooms in a row, each with its own key: the
-   door needs all K, so K choices must each be right.
+   door needs all K, so K choices must each be right. With `disguised_keys`, each room's
+   key looks like one more everyday thing (a different one per room).
 2. Orchard (`delay` steps): "eat the apple" pays a random reward (see `APPLE_REWARDS`,
    drawn per apple, independent of phase 1) or "wait" pays 0 -- the distractor.
 3. Door: "open the door" ends the episode, paying `DOOR_REWARD` only when holding the
@@ -78,6 +79,13 @@ class KeyDoorEnv(gym.Env[str, str]):
             every committed run (the same tasks, text and dynamics); more keys take the
             outcome channel off its ceiling: a verdict then says that some choice was
             wrong, not which.
+        disguised_keys: each room's key is an everyday thing (`dynamics.DISGUISES`: room
+            r's is the same in every task), shown like the distractors and never named a
+            key. With the key always named "key", taking it is one skill every room
+            shares, and GRPO learnt it to 100 % on the outcome channel even with three
+            rooms of six distractors (results/calibration_levels); disguised, each room's
+            choice is its own decision, learnt from an outcome that says only whether all
+            of them were right. Off, the default, the text and tasks of every committed run.
         max_steps: step limit; None gives delay + num_keys + 1 + `DOOR_SLACK` (the expert
             needs delay + num_keys + 1 steps).
         causal_feedback: the final feedback names the step that mattered ("it needed the
@@ -140,6 +148,7 @@ class KeyDoorEnv(gym.Env[str, str]):
             self.num_objects,
             self.max_steps,
             self.num_keys,
+            self.options.disguised_keys,
         )
         # Apples / coins from here on: one stream per group replica (envs/seeding.py).
         self.noise = replica_generator(self.np_random, options)

@@ -46,6 +46,14 @@ class KeyDoorOptions(EnvOptions):
         metadata=doc("the final feedback names the step that mattered (needs the verdict)"),
     )
 
+    disguised_keys: bool = field(
+        default=False,
+        metadata=doc(
+            "each room's key is an everyday thing (room r's always the same, never named a "
+            "key), so which thing opens the door is learnt room by room"
+        ),
+    )
+
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.delay < 0:
@@ -61,5 +69,12 @@ class KeyDoorOptions(EnvOptions):
             )
         if self.causal_feedback and not self.verdict_feedback:
             raise ValueError("causal_feedback states the verdict: it needs verdict_feedback=true")
+        if self.disguised_keys and self.num_objects > len(DISTRACTOR_POOL) - 1:
+            raise ValueError(
+                "disguised_keys takes each room's key from the everyday things: num_objects "
+                f"must be at most {len(DISTRACTOR_POOL) - 1}, got {self.num_objects!r}"
+            )
+        if self.causal_feedback and self.disguised_keys:
+            raise ValueError("causal_feedback names the key: it needs disguised_keys=false")
         if self.causal_feedback and self.num_keys > 1:
             raise ValueError("causal_feedback names the one room's choice: it needs num_keys=1")
