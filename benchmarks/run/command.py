@@ -57,7 +57,7 @@ from creditgym.report import records
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
-# Named, not __name__: run as `python -m benchmarks.run` this module is __main__.
+# The command's name, not this module's, heads its log lines (`benchmarks.run: ...`).
 logger = logging.getLogger("benchmarks.run")
 
 
