@@ -224,49 +224,77 @@ def collect(
         for task, seed in enumerate(seeds)
         for replica in range(group_size)
     )
-    num_episodes = len(queue)
     module, pool_class = ENV_WORKERS[env_workers].split(":")
     kind: type[EnvWorkerPool] = getattr(importlib.import_module(module), pool_class)
     pool = pool_for(env_id, env_kwargs or {}, kind)
-    slots = [_Slot() for _ in range(min(num_envs, num_episodes))]
-    finished: dict[int, Trajectory] = {}
-    dropped: list[str] = []
-    agent_seconds = 0.0
-    # Agents that take steps one by one (LLMs: continuous batching) get each env's
-    # next step as soon as its observation is back; others act once per round.
-    stream = agent.stream() if isinstance(agent, StreamingAgent) else None
-    bar = LiveBar(total=num_episodes, desc=f"rollout {env_id}", disable=not progress, leave=False)
-    # Episodes of an LLM on a CPU end minutes apart: steps and tokens show life in between.
-    steps_played, tokens_generated, shown_at = 0, 0, 0.0
+    rollout = _Rollout(env_id, agent, queue, pool, num_envs, progress, start)
+    try:
+        rollout.play(reset_timeout_s, step_timeout_s, reset_grace_s)
+    finally:
+        rollout.close()
+    return rollout.result()
 
-    def free(slot: _Slot) -> None:
+
+class _Rollout:
+    """The state of one `collect` call and the steps of its loop, in the order they run:
+    fill free slots with resets, act on the ready episodes, send their steps, wait for
+    replies (`receive` records them, `drop` gives an episode up), until the queue is empty
+    and no reply is outstanding."""
+
+    def __init__(
+        self,
+        env_id: str,
+        agent: Agent,
+        queue: deque[_Task],
+        pool: EnvWorkerPool,
+        num_envs: int,
+        progress: bool,
+        start: float,
+    ) -> None:
+        self.env_id, self.agent, self.queue, self.pool = env_id, agent, queue, pool
+        self.num_episodes = len(queue)
+        self.slots = [_Slot() for _ in range(min(num_envs, self.num_episodes))]
+        self.finished: dict[int, Trajectory] = {}
+        self.dropped: list[str] = []
+        self.agent_seconds = 0.0
+        # Agents that take steps one by one (LLMs: continuous batching) get each env's
+        # next step as soon as its observation is back; others act once per round.
+        self.stream = agent.stream() if isinstance(agent, StreamingAgent) else None
+        self.bar = LiveBar(
+            total=self.num_episodes, desc=f"rollout {env_id}", disable=not progress, leave=False
+        )
+        # Episodes of an LLM on a CPU end minutes apart: steps and tokens show life in between.
+        self.steps_played, self.tokens_generated, self.shown_at = 0, 0, 0.0
+        self.start = start  # `time.perf_counter()` when the call began
+
+    def free(self, slot: _Slot) -> None:
         slot.task, slot.episode, slot.pending, slot.ready = None, None, "", False
-        bar.update(1)
+        self.bar.update(1)
 
-    def drop(slot: _Slot, reason: str) -> None:
+    def drop(self, slot: _Slot, reason: str) -> None:
         label = f"seed {slot.task.seed} / replica {slot.task.replica}"
-        logger.warning("dropped episode (%s) of %s: %s", label, env_id, reason)
-        dropped.append(f"{label}: {reason.splitlines()[0]}")
+        logger.warning("dropped episode (%s) of %s: %s", label, self.env_id, reason)
+        self.dropped.append(f"{label}: {reason.splitlines()[0]}")
         _stop_worker(slot)
-        free(slot)
+        self.free(slot)
 
-    def send(slot: _Slot, command: Reset | TakeStep, timeout_s: float) -> None:
+    def send(self, slot: _Slot, command: Reset | TakeStep, timeout_s: float) -> None:
         try:
             slot.worker.send(command)
         except WorkerGone as gone:
-            drop(slot, f"worker gone ({gone})")
+            self.drop(slot, f"worker gone ({gone})")
             return
         slot.pending = "reset" if isinstance(command, Reset) else "step"
         slot.deadline, slot.ready = time.monotonic() + timeout_s, False
 
-    def receive(slot: _Slot) -> None:
+    def receive(self, slot: _Slot) -> None:
         try:
             reply = slot.worker.receive()
         except WorkerGone as gone:
-            drop(slot, f"worker died during {slot.pending} ({gone})")
+            self.drop(slot, f"worker died during {slot.pending} ({gone})")
             return
         if isinstance(reply, Failed):
-            drop(slot, f"env error during {slot.pending}: {reply.reason}")
+            self.drop(slot, f"env error during {slot.pending}: {reply.reason}")
             return
         if isinstance(reply, ResetDone):
             slot.episode = EpisodeRecorder(
@@ -282,86 +310,99 @@ def collect(
                 reply.info,
             )
             if slot.episode.done:
-                finished[slot.task.order] = slot.episode.trajectory(agent.name)
-                free(slot)
+                self.finished[slot.task.order] = slot.episode.trajectory(self.agent.name)
+                self.free(slot)
                 return
         slot.pending, slot.ready = "", True
 
-    try:
+    def decide(self) -> list[tuple[_Slot, AgentAction]]:
+        """The actions of the episodes waiting for one (a streaming agent: those whose
+        generation finished; its newly ready steps join the running batch)."""
+        ready = [slot for slot in self.slots if slot.ready]
+        act_start = time.perf_counter()
+        if self.stream is not None:
+            for index, slot in enumerate(self.slots):  # ready steps join at the next advance
+                if slot.ready:
+                    self.stream.add(index, slot.episode.agent_input())
+                    slot.ready = False
+            decided = [(self.slots[index], action) for index, action in self.stream.advance()]
+        elif ready:
+            decisions = self.agent.act([slot.episode.agent_input() for slot in ready])
+            if len(decisions) != len(ready):
+                raise RuntimeError(
+                    f"agent {self.agent.name!r} returned {len(decisions)} actions for "
+                    f"{len(ready)} inputs"
+                )
+            decided = list(zip(ready, decisions, strict=True))
+        else:
+            decided = []
+        self.agent_seconds += time.perf_counter() - act_start
+        return decided
+
+    def play(self, reset_timeout_s: float, step_timeout_s: float, reset_grace_s: float) -> None:
+        """Run the loop until every episode finished or was dropped."""
         while True:
-            for slot in slots:
-                if slot.task is None and queue:
+            for slot in self.slots:
+                if slot.task is None and self.queue:
                     if slot.worker is None:
-                        slot.worker = pool.take()
-                    slot.task = queue.popleft()
-                    send(slot, Reset(slot.task.seed, slot.task.options), reset_timeout_s)
-            ready = [slot for slot in slots if slot.ready]
-            act_start = time.perf_counter()
-            if stream is not None:
-                for index, slot in enumerate(slots):  # ready steps join at the next advance
-                    if slot.ready:
-                        stream.add(index, slot.episode.agent_input())
-                        slot.ready = False
-                decided = [(slots[index], decision) for index, decision in stream.advance()]
-            elif ready:
-                decisions = agent.act([slot.episode.agent_input() for slot in ready])
-                if len(decisions) != len(ready):
-                    raise RuntimeError(
-                        f"agent {agent.name!r} returned {len(decisions)} actions for "
-                        f"{len(ready)} inputs"
-                    )
-                decided = list(zip(ready, decisions, strict=True))
-            else:
-                decided = []
-            agent_seconds += time.perf_counter() - act_start
+                        slot.worker = self.pool.take()
+                    slot.task = self.queue.popleft()
+                    self.send(slot, Reset(slot.task.seed, slot.task.options), reset_timeout_s)
+            decided = self.decide()
             for slot, decision in decided:
                 slot.decision = decision
-                send(slot, TakeStep(decision.action), step_timeout_s)
-                steps_played += 1
-                tokens_generated += len(decision.action_token_ids)
-            if decided and time.perf_counter() - shown_at >= PROGRESS_INTERVAL_S:
-                shown_at = time.perf_counter()
-                rate = tokens_generated / (shown_at - start)
-                bar.set_postfix_str(f"{steps_played} steps, {rate:.1f} tok/s")
-            busy = [slot for slot in slots if slot.pending]
-            generating = stream is not None and len(stream) > 0
+                self.send(slot, TakeStep(decision.action), step_timeout_s)
+                self.steps_played += 1
+                self.tokens_generated += len(decision.action_token_ids)
+            if decided and time.perf_counter() - self.shown_at >= PROGRESS_INTERVAL_S:
+                self.shown_at = time.perf_counter()
+                rate = self.tokens_generated / (self.shown_at - self.start)
+                self.bar.set_postfix_str(f"{self.steps_played} steps, {rate:.1f} tok/s")
+            busy = [slot for slot in self.slots if slot.pending]
+            generating = self.stream is not None and len(self.stream) > 0
             if not busy:
-                if queue or generating:
+                if self.queue or generating:
                     continue
-                break
+                return
             if generating:
                 # Rows are decoding: wait for the (short) steps just sent, so an
                 # episode's next step joins at a fixed point of the generation, but
                 # never for a reset; those join whenever they are done.
-                _await_replies(
-                    pool, [slot for slot in busy if slot.pending == "step"], receive, drop, 0.0
-                )
-                _poll_resets(busy, receive, drop)
+                stepping = [slot for slot in busy if slot.pending == "step"]
+                _await_replies(self.pool, stepping, self.receive, self.drop, 0.0)
+                _poll_resets(busy, self.receive, self.drop)
             else:
-                _await_replies(pool, busy, receive, drop, reset_grace_s)
-    finally:
-        bar.close()
-        for slot in slots:
+                _await_replies(self.pool, busy, self.receive, self.drop, reset_grace_s)
+
+    def close(self) -> None:
+        """Close the bar; keep healthy idle workers for the next call, stop the rest."""
+        self.bar.close()
+        for slot in self.slots:
             # A worker with a reply outstanding would answer the next call's first command.
             if slot.worker is not None and slot.worker.is_alive() and not slot.pending:
-                pool.release(slot.worker)
+                self.pool.release(slot.worker)
             else:
                 _stop_worker(slot)
-    trajectories = [finished[order] for order in sorted(finished)]
-    all_steps = [step for trajectory in trajectories for step in trajectory.steps]
-    stats = RolloutStats(
-        num_episodes=num_episodes,
-        num_trajectories=len(trajectories),
-        num_steps=len(all_steps),
-        tokens_generated=sum(t.num_action_tokens for t in trajectories),
-        valid_action_ratio=(
-            sum(is_valid_action(step) for step in all_steps) / len(all_steps) if all_steps else 1.0
-        ),
-        seconds=time.perf_counter() - start,
-        agent_seconds=agent_seconds,
-        dropped=tuple(dropped),
-    )
-    return trajectories, stats
+
+    def result(self) -> tuple[list[Trajectory], RolloutStats]:
+        """The finished trajectories in task order, and the call's `RolloutStats`."""
+        trajectories = [self.finished[order] for order in sorted(self.finished)]
+        all_steps = [step for trajectory in trajectories for step in trajectory.steps]
+        stats = RolloutStats(
+            num_episodes=self.num_episodes,
+            num_trajectories=len(trajectories),
+            num_steps=len(all_steps),
+            tokens_generated=sum(t.num_action_tokens for t in trajectories),
+            valid_action_ratio=(
+                sum(is_valid_action(step) for step in all_steps) / len(all_steps)
+                if all_steps
+                else 1.0
+            ),
+            seconds=time.perf_counter() - self.start,
+            agent_seconds=self.agent_seconds,
+            dropped=tuple(self.dropped),
+        )
+        return trajectories, stats
 
 
 def _await_replies(

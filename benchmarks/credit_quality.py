@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import sys
 import time
+from dataclasses import dataclass
 
 import gymnasium as gym
 import torch
@@ -21,8 +22,8 @@ from creditgym.benchmarks import common
 from creditgym.benchmarks.cli import UsageError, exit_on_usage_error, parse_arguments, prog_of
 from creditgym.credit.base import NonFiniteError
 from creditgym.measure.key_steps import (
-    EvaluateArgs,
     QualityRow,
+    ScriptedPool,
     build_module,
     collect,
     credit_quality,
@@ -30,6 +31,16 @@ from creditgym.measure.key_steps import (
 from creditgym.measure.prefetch import prefetch_modules
 from creditgym.models.scoring import ScoreMemo
 from creditgym.report.tables import markdown_table
+
+
+@dataclass(frozen=True)
+class EvaluateArgs(ScriptedPool):
+    """Measure how well each credit module's per-step credit finds the key steps."""
+
+    credit: str = "all"
+    """comma-separated credit module names or `module:Class` paths, or `all`"""
+    model: str = "tiny"
+    """policy model that scores hindsight views (HCAPO, HP-RLVR): tiny, smollm2-135m, or a path"""
 
 
 def module_names(spec: str) -> list[str]:

@@ -54,7 +54,7 @@ from creditgym.credit.base import CreditContext, CreditModule, build
 from creditgym.credit.options import parse_options
 from creditgym.measure.ablation import auroc_row, truth_row
 from creditgym.measure.bootstrap import CONFIDENCE
-from creditgym.measure.key_steps import EvaluateArgs, collect
+from creditgym.measure.key_steps import ScriptedPool, collect
 from creditgym.measure.pools import (
     ROLLOUT_SEED_BASE,
     PoolError,
@@ -164,7 +164,7 @@ class Collected:
 
 
 def collect_scripted(args: AblationArgs, env_id: str) -> Collected:
-    evaluate_args = EvaluateArgs(
+    evaluate_args = ScriptedPool(
         env=env_id,
         episodes=args.episodes,
         group_size=args.group_size,

@@ -25,7 +25,7 @@ Open choices (the paper body is not available), each the default here:
   the average |A| of a trajectory is |R - b| whatever the overall divergence level;
   `False` uses d_j itself (|A_j| <= |R - b|).
 - hindsight block (`hindsight`, `credit.hindsight`): `future` -- outcome and verifier
-  feedback, then the next `max_future_steps` steps (observation each action produced,
+  feedback, then the next `future_steps` steps (observation each action produced,
   next action), each observation cut to `max_observation_chars`, so prompt length stays
   bounded on long episodes; placed before the instruction (`hindsight_position`), in
   HP-RLVR's words (`wording`);
@@ -98,7 +98,7 @@ class HPRLVROptions(BlockOptions):
         default=True, metadata=doc("w_j = d_j / mean_k d_k (true) or d_j (false)")
     )
     max_weight: float = field(default=5.0, metadata=doc("cap of the normalised weight, > 0"))
-    max_future_steps: int = field(
+    future_steps: int = field(
         default=8, metadata=doc("future steps shown in a `future` block, >= 0")
     )
     eligible_tokens: EligibleTokens = field(
@@ -123,8 +123,8 @@ class HPRLVROptions(BlockOptions):
             raise ValueError(f"baseline_momentum must be in [0, 1), got {self.baseline_momentum}")
         if self.max_weight <= 0:
             raise ValueError(f"max_weight must be positive, got {self.max_weight}")
-        if self.max_future_steps < 0:
-            raise ValueError(f"max_future_steps must be >= 0, got {self.max_future_steps}")
+        if self.future_steps < 0:
+            raise ValueError(f"future_steps must be >= 0, got {self.future_steps}")
 
     def block(self, history_len: int = 2) -> HindsightBlock:
         """The hindsight prompt these options choose, with `history_len` history steps."""
@@ -132,7 +132,7 @@ class HPRLVROptions(BlockOptions):
             self.hindsight,
             self.wording,
             self.hindsight_position,
-            self.max_future_steps,
+            self.future_steps,
             self.max_observation_chars,
             history_len,
         )
@@ -145,12 +145,12 @@ HP_RLVR_BLOCK = HPRLVROptions().block()
 def future_hindsight(
     trajectory: Trajectory,
     t: int,
-    max_future_steps: int = HP_RLVR_BLOCK.future_steps,
+    future_steps: int = HP_RLVR_BLOCK.future_steps,
     max_observation_chars: int = HP_RLVR_BLOCK.max_observation_chars,
 ) -> str:
     """Verifier feedback and the realized future after step t: the default hindsight block."""
     block = replace(
-        HP_RLVR_BLOCK, future_steps=max_future_steps, max_observation_chars=max_observation_chars
+        HP_RLVR_BLOCK, future_steps=future_steps, max_observation_chars=max_observation_chars
     )
     return block.text(trajectory, t)
 

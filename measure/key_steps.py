@@ -43,15 +43,15 @@ from creditgym.models.scoring import ScoreMemo
 
 
 @dataclass(frozen=True)
-class EvaluateArgs:
-    """Measure how well each credit module's per-step credit finds the key steps."""
+class ScriptedPool:
+    """A pool of scripted episodes with both outcomes: which env, how many, how noisy.
+
+    `benchmarks/credit_quality.py`'s command-line class extends it with the modules to
+    score and the model that scores hindsight views.
+    """
 
     env: str = "sysdiag"
     """environment: a short name (sysdiag, alfworld) or a registered id"""
-    credit: str = "all"
-    """comma-separated credit module names or `module:Class` paths, or `all`"""
-    model: str = "tiny"
-    """policy model that scores hindsight views (HCAPO, HP-RLVR): tiny, smollm2-135m, or a path"""
     episodes: int = 32
     """number of episodes to collect (rounded up to whole groups)"""
     group_size: int = 4
@@ -63,7 +63,7 @@ class EvaluateArgs:
     """base seed: task g is played with seed `seed + g`"""
 
 
-def collect(args: EvaluateArgs) -> list[Trajectory]:
+def collect(args: ScriptedPool) -> list[Trajectory]:
     """Play `episodes` episodes (whole groups of `group_size` on the same task seed)."""
     env_id = envs.SHORT_NAMES.get(args.env, args.env)
     # The expert agents read `expert_action`, which some envs publish only when asked.

@@ -229,7 +229,7 @@ def test_divergence_weights_unnormalised_are_the_divergences():
 def test_future_hindsight_shows_the_outcome_and_a_bounded_future():
     observations = ["start", "x" * 10, "second result", "third result"]
     trajectory = scripted_trajectory("g", [0.0, 0.0, 0.0, 1.0], True, observations)
-    block = future_hindsight(trajectory, 0, max_future_steps=2, max_observation_chars=4)
+    block = future_hindsight(trajectory, 0, future_steps=2, max_observation_chars=4)
     assert block == (
         "Outcome: success. Verifier feedback: service restored\n"
         "What happened after this action:\n"

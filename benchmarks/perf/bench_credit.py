@@ -42,7 +42,7 @@ from creditgym.benchmarks.perf.timing import machine_state, timed
 from creditgym.credit.hcapo import outcome_hindsight
 from creditgym.credit.hp_rlvr import future_hindsight
 from creditgym.credit.views import causal_view, hindsight_view
-from creditgym.measure.key_steps import EvaluateArgs, collect
+from creditgym.measure.key_steps import ScriptedPool, collect
 from creditgym.models.generation_cache import GenerationCache
 from creditgym.models.registry import LoadedModel, ModelUnavailableError, load_model
 from creditgym.models.scoring import (
@@ -82,7 +82,7 @@ def policy_batch(
     scripted: list[Trajectory] = []
     group = 0
     while sum(traj.length for traj in scripted) < args.steps:
-        scripted += collect(EvaluateArgs(env=env, episodes=2, group_size=2, seed=args.seed + group))
+        scripted += collect(ScriptedPool(env=env, episodes=2, group_size=2, seed=args.seed + group))
         group += 1
     budget, trajectories = args.steps, []
     for traj in scripted:
