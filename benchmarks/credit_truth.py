@@ -174,7 +174,10 @@ def truth_policy(args: CreditTruthArgs) -> LoadedModel | None:
 
 def truth_stem(args: CreditTruthArgs, env_id: str) -> str:
     """The output files' name without suffix: env, model, sweep, noise, G, pool, tasks, seed."""
-    extra = "".join(f"_{pair.replace('=', '-')}" for pair in args.env_kwargs)
+    # The further options in their parsed form (`EnvOptions.canonical`): two spellings of
+    # one setting write one file.
+    options = common.env_options(env_id, args.env_kwargs, "--env-kwargs").canonical()
+    extra = "".join(f"_{text.replace('=', '-')}" for text in options)
     sweep = f"{args.sweep_kwarg}{'-'.join(map(str, args.sweep))}{extra}"
     parts = [args.model, sweep, args.noise, f"G{args.group_size}", f"pool{args.pool}"]
     return common.output_name(args.name, env_id, [*parts, f"tasks{args.tasks}", f"seed{args.seed}"])

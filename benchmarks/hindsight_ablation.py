@@ -297,7 +297,8 @@ def variant_table(rows: Sequence[Mapping[str, Any]], truth: bool) -> str:
 def ablation_stem(args: AblationArgs, env_id: str) -> str:
     """The output files' name without suffix: env (with its options), model, sizes, seed."""
     if truth_env(env_id):
-        options = [pair.replace("=", "") for pair in args.env_kwargs]
+        parsed = common.env_options(env_id, args.env_kwargs, "--env-kwargs")
+        options = [text.replace("=", "") for text in parsed.canonical()]
         size = f"pool{args.pool}_G{args.group_size}_B{args.batch_size}_tasks{args.tasks}"
     else:
         options, size = [], f"episodes{args.episodes}_G{args.group_size}"

@@ -207,3 +207,22 @@ def test_credit_truth_sweeps_the_envs_horizon_option_by_default() -> None:
     umbrella = CreditTruthArgs(env="umbrella", sweep=(1, 2))
     assert swept_option(umbrella, "creditgym/Umbrella-v0") == "length"
     assert swept_option(CreditTruthArgs(), KEYDOOR) == "delay"
+
+
+def test_measuring_commands_name_their_files_by_the_parsed_options() -> None:
+    from creditgym.benchmarks.credit_truth import CreditTruthArgs, truth_stem
+    from creditgym.benchmarks.hindsight_ablation import AblationArgs, ablation_stem
+
+    committed = "keydoor_uniform_delay1-2-4-8_variance-high_shared_G8_pool512_tasks2_seed0"
+    for spelling in (("variance=high",), ("variance=high", "num_keys=1")):
+        args = CreditTruthArgs(
+            model="uniform", sweep_kwarg="delay", sweep=(1, 2, 4, 8), env_kwargs=spelling, pool=512
+        )
+        assert truth_stem(args, KEYDOOR) == committed
+    for spelling in (("delay=2",), ("delay=2", "variance=low")):
+        args = AblationArgs(
+            env="keydoor", model="smollm2-135m", env_kwargs=spelling, pool=16, batch_size=8
+        )
+        assert (
+            ablation_stem(args, KEYDOOR) == "keydoor_delay2_smollm2-135m_pool16_G8_B8_tasks2_seed0"
+        )
