@@ -47,7 +47,7 @@ def validate(plan: RunPlan) -> None:
         raise UsageError("--update-distinct-rows changes the policy_gradient trainer's update")
     if cfg.eval_episodes < 0 or cfg.steps < 0 or plan.group_size < 1:
         raise UsageError("--eval-episodes and --steps must be >= 0 and --group-size >= 1")
-    if cfg.env_options:  # the env's own constructor checks names and values
+    if cfg.env_options:  # parsed by the env's options class; building it checks the rest
         make_env(env_id, plan.env_kwargs()).close()
     families = plan.env.task_families
     if cfg.faults and families is None:
