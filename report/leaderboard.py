@@ -338,7 +338,7 @@ def row_label(table: Table, section: Section, method: str) -> str:
 def comparisons(table: Table, section: Section) -> list[str]:
     """Per split: the best row and the rows it is not shown to beat: those whose
     probability of improvement P(best > other) has a 95 % stratified-bootstrap interval
-    reaching down to 0.5 (Agarwal et al. 2021, arXiv 2108.13264; `benchmarks/stats.py`),
+    reaching down to 0.5 (Agarwal et al. 2021, arXiv 2108.13264; `report/stats.py`),
     or with fewer than MIN_SEEDS_FOR_VERDICT seeds."""
     lines = []
     for column in section.columns:

@@ -85,8 +85,9 @@ def calibration_markdown(table: pd.DataFrame, header: str) -> str:
         "SysDiag, which has no exact MDP, `rule_based`, which reads the key-step labels) "
         f"reaches {bar} % final success within the study's budget. Final success: held-out "
         "evaluation after training, mean over seeds with the 95 % interval of "
-        "`benchmarks/study.py` (the hull of BCa and Student-t, clipped to [0, 100]; at two "
-        'seeds it is wide). Verdict: "passes" when the interval\'s low end is at or above '
+        "`report/stats.py` (`mean_estimate`: the hull of BCa and Student-t, clipped to "
+        "[0, 100]; at two seeds it is wide). "
+        'Verdict: "passes" when the interval\'s low end is at or above '
         f'{bar} %, "passes on the mean" when only the mean is, "fails" when the '
         'interval\'s high end is below it, else "below on the mean". By type: final success '
         "per task type "

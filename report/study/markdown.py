@@ -121,7 +121,7 @@ def markdown(
         "BCa bootstrap interval (Efron 1987) and a Student-t interval, clipped to [0, 100] "
         "(each printed in the BCa / t column: at 5 seeds the percentile bootstrap is too "
         "narrow); of the IQM: BCa (Agarwal et al. 2021, arXiv 2108.13264; "
-        "`benchmarks/stats.py`). Rows train on the env's return unless named `on outcome` "
+        "`report/stats.py`). Rows train on the env's return unless named `on outcome` "
         "(`--reward-channel`); pairs are compared on one channel only, and oracles (credit "
         'that reads ground truth) are listed apart and never ranked (the section "Oracles '
         f'against {BASELINE}" sets each against {BASELINE}, as an exploratory ceiling).',
