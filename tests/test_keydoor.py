@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import random
+from functools import partial
 
 import gymnasium
 import pytest
@@ -231,6 +232,18 @@ def test_default_limit_leaves_two_spare_turns_at_the_door() -> None:
 # ---------------------------------------------------------------- several keys (num_keys)
 
 
+def room_policy(mdp, states, room_choice) -> dict:
+    """A policy table over `states`: `room_choice(state, action)` in the rooms; past them,
+    eat every apple and open the door."""
+    return {
+        s: {
+            a: room_choice(s, a) if s.startswith("room") else float(a in (OPEN, EAT))
+            for a in mdp.actions(s)
+        }
+        for s in states
+    }
+
+
 def test_one_key_is_the_env_every_committed_run_used():
     """num_keys=1 draws the same tasks, shows the same text and pays the same: the
     default env, episode for episode (the committed runs' name leaves it out)."""
@@ -287,17 +300,7 @@ def test_several_keys_the_exact_mdp_puts_random_play_off_the_ceiling():
     env = KeyDoorEnv(delay=2, num_objects=3, num_keys=3)
     env.reset(seed=4)
     mdp = OutcomeMDP(env.finite_mdp())
-    states = reachable_states(mdp)
-
-    def table(room_choice) -> dict:
-        return {
-            s: {
-                a: room_choice(s, a) if s.startswith("room") else float(a in (OPEN, EAT))
-                for a in mdp.actions(s)
-            }
-            for s in states
-        }
-
+    table = partial(room_policy, mdp, reachable_states(mdp))
     expert = table(lambda s, a: float(a == f"take the {KEY}"))
     uniform = table(lambda s, a: 1.0 / len(mdp.actions(s)))
     start = mdp.initial_states()[0][1]
@@ -352,17 +355,7 @@ def test_disguised_keys_the_exact_mdp_random_play_and_expert():
     env = KeyDoorEnv(delay=1, num_objects=3, num_keys=2, disguised_keys=True)
     env.reset(seed=2)
     mdp = OutcomeMDP(env.finite_mdp())
-    states = reachable_states(mdp)
-
-    def table(room_choice) -> dict:
-        return {
-            s: {
-                a: room_choice(s, a) if s.startswith("room") else float(a in (OPEN, EAT))
-                for a in mdp.actions(s)
-            }
-            for s in states
-        }
-
+    table = partial(room_policy, mdp, reachable_states(mdp))
     start = mdp.initial_states()[0][1]
     expert = table(lambda s, a: float(a == f"take the {DISGUISES[int(s.split('t=')[1][0])]}"))
     uniform = table(lambda s, a: 1.0 / len(mdp.actions(s)))
