@@ -125,7 +125,7 @@ def test_an_unknown_model_fails_at_once_without_asking_a_hub(monkeypatch):
 # The folders of the installed package (`creditgym.<folder>`, creditgym/ itself).
 PACKAGE_FOLDERS = (
     "creditgym", "agents", "benchmarks", "credit", "envs", "integrations", "measure", "models",
-    "trainers",
+    "report", "trainers",
 )  # fmt: skip
 # Modules with a `__main__` block that take no flags of a user's, each with its reason.
 NOT_COMMANDS = {
