@@ -297,7 +297,7 @@ def test_reused_name_with_another_configuration_is_refused_before_any_work(
     def no_model(*args, **kwargs):
         raise AssertionError("the model was loaded before the run folder was checked")
 
-    monkeypatch.setattr(run_module, "load_policy", no_model)
+    monkeypatch.setattr(run_module, "load_run_policy", no_model)
     assert run_module.main(["--model", "tiny", *common]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "holds another configuration" in err

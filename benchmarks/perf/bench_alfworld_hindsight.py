@@ -38,7 +38,7 @@ from creditgym.benchmarks.cli import run_script
 from creditgym.benchmarks.common import describe_precision
 from creditgym.benchmarks.perf.timing import machine_state
 from creditgym.benchmarks.run import parse_config, resolve
-from creditgym.benchmarks.run.build import load_policy
+from creditgym.benchmarks.run.build import load_run_policy
 from creditgym.benchmarks.run.train import build_trainer
 from creditgym.models.precision import cpu_features
 
@@ -69,7 +69,7 @@ def measure(run_args: str, budget_gib: float, results: dict) -> None:
     )
     cfg = plan.config
     torch.set_num_threads(cfg.threads)
-    policy = load_policy(cfg.model, cfg.device, plan.dtype)
+    policy = load_run_policy(cfg.model, cfg.device, plan.dtype)
     # A fresh folder: the trainer finds no checkpoint to resume from.
     with tempfile.TemporaryDirectory() as run_dir:
         trainer = build_trainer(plan, Path(run_dir), policy)

@@ -50,8 +50,9 @@ def make_env(env_id: str, env_kwargs: Mapping[str, Any]) -> gym.Env:
         raise UsageError(f"cannot create env {env_id} with {dict(env_kwargs)}: {error}") from error
 
 
-def load_policy(name: str, device: str, dtype: str = "float32") -> LoadedModel:
-    """`benchmarks.common.load_policy`, suggesting the scripted agents' names too."""
+def load_run_policy(name: str, device: str, dtype: str = "float32") -> LoadedModel:
+    """`benchmarks.common.load_policy` for a run's `--model`, which may also name a scripted
+    agent: a typo's suggestions include the scripted agents' names."""
     return common.load_policy(name, device, dtype, also_valid=SCRIPTED_AGENTS)
 
 
@@ -64,7 +65,7 @@ def load_trained_policy(
         with peft_quietly():
             model = PeftModel.from_pretrained(base.model, str(final_dir)).to(device)
     else:
-        model = load_policy(str(final_dir.resolve()), device, dtype).model
+        model = load_run_policy(str(final_dir.resolve()), device, dtype).model
     model.eval()
     return LoadedModel(name=base.name, model=model, tokenizer=base.tokenizer)
 

@@ -23,7 +23,7 @@ import torch
 from creditgym.agents.atomic import DamagedFileError
 from creditgym.benchmarks import common, lock
 from creditgym.benchmarks.cli import UsageError, exit_on_usage_error
-from creditgym.benchmarks.run.build import SCRIPTED_AGENTS, load_policy, load_trained_policy
+from creditgym.benchmarks.run.build import SCRIPTED_AGENTS, load_run_policy, load_trained_policy
 from creditgym.benchmarks.run.config import command_line, parse_config
 from creditgym.benchmarks.run.evaluate import (
     evaluate,
@@ -175,7 +175,7 @@ def starting_policy(plan: RunPlan) -> LoadedModel | None:
     """The policy a run starts from (None for a scripted agent)."""
     if plan.config.model in SCRIPTED_AGENTS:
         return None
-    return load_policy(plan.config.model, plan.config.device, plan.dtype)
+    return load_run_policy(plan.config.model, plan.config.device, plan.dtype)
 
 
 def run_population(plan: RunPlan, skip_held: bool = False) -> list[MemberOutcome]:
@@ -263,7 +263,7 @@ def run_in(plan: RunPlan, run_dir: Path, policy: LoadedModel | None) -> Path:
                 )
                 shutil.rmtree(final_dir)
                 # peft wraps the base model in place before it reads the adapter.
-                policy = load_policy(cfg.model, cfg.device, plan.dtype)
+                policy = load_run_policy(cfg.model, cfg.device, plan.dtype)
         policy = trained if trained is not None else train(plan, run_dir, policy)
     train_step = len(records.read_metrics(run_dir))
     evaluate(plan, run_dir, policy, train_step)

@@ -11,7 +11,7 @@ from creditgym import credit
 from creditgym.agents.atomic import atomic_write_text
 from creditgym.agents.episode import play_episode
 from creditgym.benchmarks.cli import UsageError
-from creditgym.benchmarks.run.build import SCRIPTED_AGENTS, build_credit, load_policy, make_env
+from creditgym.benchmarks.run.build import SCRIPTED_AGENTS, build_credit, load_run_policy, make_env
 from creditgym.benchmarks.run.evaluate import policy_rollouts
 from creditgym.benchmarks.run.plan import EVAL_SEED_BASE, RunPlan, episode_agent_seed
 from creditgym.benchmarks.run.train import TRAIN_TEMPERATURE, training_sampling
@@ -51,7 +51,7 @@ def write_samples(plan: RunPlan, run_dir: Path, policy: LoadedModel | None) -> N
             ]
         finally:
             env.close()
-        scorer = load_policy(SCRIPTED_SAMPLE_SCORER, cfg.device)
+        scorer = load_run_policy(SCRIPTED_SAMPLE_SCORER, cfg.device)
     else:
         group = policy_rollouts(
             plan,
