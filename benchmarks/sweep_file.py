@@ -128,4 +128,3 @@ def check_sweep_file(path: Path, document: Mapping[str, Any]) -> None:
         )
     for number, grid in enumerate(grids, start=1):
         check_table(path, f"grid {number}" if len(grids) > 1 else "grid", grid, in_grid=True)
-

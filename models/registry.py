@@ -258,9 +258,9 @@ def _from_folder(name: str, folder: str | Path, device: str, dtype: torch.dtype)
     # A folder or a hub id; the hub is asked only when allowed (a cached id loads offline).
     offline = not hub_lookups_allowed()
     tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=offline)
-    model = AutoModelForCausalLM.from_pretrained(
-        folder, dtype=dtype, local_files_only=offline
-    ).to(device)
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, local_files_only=offline).to(
+        device
+    )
     own_aligned_storage(model)
     model.eval()
     if tokenizer.pad_token_id is None:

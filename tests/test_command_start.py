@@ -33,9 +33,7 @@ from creditgym.models.registry import ALLOW_HUB_ENV, ModelUnavailableError, load
 
 REPO = Path(__file__).resolve().parent.parent
 CREDITGYM = Path(sys.executable).parent / "creditgym"
-OPTIONAL = tomllib.loads((REPO / "pyproject.toml").read_text())["project"][
-    "optional-dependencies"
-]
+OPTIONAL = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
 # What `pip install creditgym` leaves out: every optional extra's packages.
 NOT_IN_THE_LIGHT_INSTALL = sorted(
     {
@@ -192,11 +190,7 @@ PARSER_CALL = re.compile(r"\btyro\.cli\(|\.parse_args\(")
 
 
 def test_no_command_parses_its_flags_but_through_the_shared_helper():
-    sources = [
-        path
-        for folder in PACKAGE_FOLDERS
-        for path in (REPO / folder).rglob("*.py")
-    ]
+    sources = [path for folder in PACKAGE_FOLDERS for path in (REPO / folder).rglob("*.py")]
     callers = {
         str(path.relative_to(REPO))
         for path in sources
