@@ -256,12 +256,15 @@ def test_every_committed_run_folder_is_named_by_its_configuration():
 
 
 def recipe() -> tuple[str, str, str]:
-    """The recipe's module file, its code and its `MODULES` line."""
+    """The recipe's module file, its code and the entry its `MODULES` block adds."""
     section = docs_section("Adding a credit module")
     blocks = re.findall(r"```python\n(.*?)```", section, re.S)
     assert len(blocks) == 2, "expected the module and its registry line as two python blocks"
-    module_code, line = blocks
-    return documented_file(section), module_code, ast.literal_eval(line.strip().removesuffix(","))
+    module_code, registry = blocks
+    # `MODULES = (..., "<entry>",)`: the new line is the tuple's last entry.
+    (assignment,) = ast.parse(registry).body
+    assert [target.id for target in assignment.targets] == ["MODULES"]
+    return documented_file(section), module_code, ast.literal_eval(assignment.value.elts[-1])
 
 
 def test_the_recipe_registry_line_names_the_recipe_file() -> None:
