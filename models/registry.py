@@ -109,27 +109,14 @@ def cache_dir() -> Path:
 
 def build_tiny(seed: int = 0, hidden_size: int = 64, num_layers: int = 2) -> LoadedModel:
     """A deterministic random-initialised Llama-style LM over the byte tokenizer."""
-    tokenizer = build_byte_tokenizer()
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=hidden_size,
-        intermediate_size=hidden_size * 2,
-        num_hidden_layers=num_layers,
-        num_attention_heads=4,
-        num_key_value_heads=4,
-        max_position_embeddings=8192,
-        pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        bos_token_id=None,
-        tie_word_embeddings=True,
-    )
-    model = _seeded_llama(config, seed)
-    return LoadedModel(name="tiny", model=model, tokenizer=tokenizer)
+    size = SmallConfig(hidden_size, hidden_size * 2, num_layers, num_heads=4, max_positions=8192)
+    return _seeded_llama("tiny", build_byte_tokenizer(), size, seed)
 
 
 @dataclass(frozen=True)
 class SmallConfig:
-    """Size of `small` (Llama architecture: RMSNorm, rotary positions, SwiGLU MLP).
+    """Size of `small` (Llama architecture: RMSNorm, rotary positions, SwiGLU MLP); `tiny`
+    takes one too, with its own numbers.
 
     Chosen with `python -m creditgym.benchmarks.perf.bench_small` so that one policy-gradient
     iteration of 32 KeyDoor rollouts at delay 8 stays within 2 s on the 2-core CPU
@@ -150,7 +137,15 @@ SMALL_CONFIG = SmallConfig()
 
 def build_small(seed: int = 0, size: SmallConfig = SMALL_CONFIG) -> LoadedModel:
     """`small`: a deterministic random-initialised Llama over the env-text tokenizer."""
-    tokenizer = local_tokenizer.load_local_tokenizer()
+    return _seeded_llama("small", local_tokenizer.load_local_tokenizer(), size, seed)
+
+
+def _seeded_llama(
+    name: str, tokenizer: PreTrainedTokenizerBase, size: SmallConfig, seed: int
+) -> LoadedModel:
+    """A Llama of `size` over `tokenizer` (tied embeddings, no BOS), initialised from `seed`
+    in eval mode, leaving the global torch RNG as it was (building a model must not shift
+    the sampling of whatever runs next)."""
     config = LlamaConfig(
         vocab_size=len(tokenizer),
         hidden_size=size.hidden_size,
@@ -164,19 +159,12 @@ def build_small(seed: int = 0, size: SmallConfig = SMALL_CONFIG) -> LoadedModel:
         bos_token_id=None,
         tie_word_embeddings=True,
     )
-    model = _seeded_llama(config, seed)
-    return LoadedModel(name="small", model=model, tokenizer=tokenizer)
-
-
-def _seeded_llama(config: LlamaConfig, seed: int) -> LlamaForCausalLM:
-    """A Llama initialised from `seed` in eval mode, leaving the global torch RNG as it was
-    (building a model must not shift the sampling of whatever runs next)."""
     generator_state = torch.random.get_rng_state()
     torch.manual_seed(seed)
     model = LlamaForCausalLM(config)
     torch.random.set_rng_state(generator_state)
     model.eval()
-    return model
+    return LoadedModel(name=name, model=model, tokenizer=tokenizer)
 
 
 def _sha256(path: Path) -> str:
