@@ -43,9 +43,9 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from creditgym.benchmarks import lock
 from creditgym.benchmarks.cli import UsageError
@@ -54,6 +54,7 @@ from creditgym.benchmarks.run.identity import hashed_name, method_config
 from creditgym.report import records
 
 REPO = Path(__file__).resolve().parent.parent
+T = TypeVar("T")  # what a rename's `examine` makes of a run folder
 RUN_FIELDS = {spec.name: spec for spec in dataclasses.fields(RunConfig)}
 
 # Each field the old identity left out, with the value (as JSON) at which it left it out.
@@ -235,6 +236,23 @@ def replace_names(paths: Iterator[Path], new_of: Mapping[str, str]) -> list[Path
     return changed
 
 
+def examine_all(
+    roots: Sequence[Path],
+    examine: Callable[[Path], T],
+    problems: Callable[[list[T]], list[str]],
+) -> list[T]:
+    """`examine` of every run folder under `roots`; a UsageError naming the first of
+    `problems` (and how many there are) before anything is changed."""
+    for root in roots:
+        if not root.is_dir():
+            raise UsageError(f"{root} is no folder")
+    folders = [examine(path) for root in roots for path in run_folders(root)]
+    found = problems(folders)
+    if found:
+        raise UsageError(f"{found[0]} ({len(found)} problem(s)); nothing was changed")
+    return folders
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if args and set(args) <= {"-h", "--help"}:
@@ -242,13 +260,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     roots = [Path(arg) for arg in args] or [REPO / "results"]
     try:
-        for root in roots:
-            if not root.is_dir():
-                raise UsageError(f"{root} is no folder")
-        folders = [examine(path) for root in roots for path in run_folders(root)]
-        found = problems(folders)
-        if found:
-            raise UsageError(f"{found[0]} ({len(found)} problem(s)); nothing was changed")
+        folders = examine_all(roots, examine, problems)
     except UsageError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

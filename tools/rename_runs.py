@@ -48,11 +48,11 @@ from creditgym.report import records
 from tools.rename_run_folders import (
     REPO,
     Folder,
+    examine_all,
     problems,
     rebuilt_config,
     rename,
     replace_names,
-    run_folders,
     text_files,
 )
 
@@ -99,13 +99,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     apply = APPLY in args
     roots = [Path(arg) for arg in args if arg != APPLY] or [REPO / "results"]
     try:
-        for root in roots:
-            if not root.is_dir():
-                raise UsageError(f"{root} is no folder")
-        folders = [examine(path) for root in roots for path in run_folders(root)]
-        found = problems(folders)
-        if found:
-            raise UsageError(f"{found[0]} ({len(found)} problem(s)); nothing was changed")
+        folders = examine_all(roots, examine, problems)
     except UsageError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
