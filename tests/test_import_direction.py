@@ -19,18 +19,11 @@ from pathlib import Path
 
 import pytest
 
+from creditgym import FOLDERS
+
 ROOT = Path(__file__).resolve().parents[1]
-OURS = (
-    "envs",
-    "models",
-    "agents",
-    "credit",
-    "measure",
-    "trainers",
-    "report",
-    "benchmarks",
-    "integrations",
-)
+# The project's folders in the order of the flow (creditgym/__init__.py lists them once).
+OURS = FOLDERS
 # Package -> the packages of ours it must never import.
 FORBIDDEN = {
     "envs": set(OURS) - {"envs"},
